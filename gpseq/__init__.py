@@ -1,0 +1,14 @@
+"""gpseq: sequence labelling with sparse structured Gaussian processes."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "Tagger"]
+
+
+def __getattr__(name):
+    # Lazy so that `import gpseq` (e.g. for the corpus readers) does not pay for TensorFlow.
+    if name == "Tagger":
+        from gpseq.tagger import Tagger
+
+        return Tagger
+    raise AttributeError(f"module 'gpseq' has no attribute {name!r}")
