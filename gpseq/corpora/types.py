@@ -1,0 +1,28 @@
+"""The in-memory form of a labelled (or unlabelled) corpus sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sentence:
+    """One sentence: its tokens, its labels (None when unlabelled) and every column as read.
+
+    `columns[t]` holds all fields of token t in file order (token and label columns included),
+    so feature extractors can use extra columns (e.g. the POS column of CoNLL-2000).
+    `source` and `line` (1-based line of the first token) locate it for error messages.
+    """
+
+    tokens: list[str]
+    labels: list[str] | None = None
+    columns: list[list[str]] = field(default_factory=list)
+    source: str | None = None
+    line: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            self.columns = [[token] for token in self.tokens]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
