@@ -1,0 +1,123 @@
+"""Minibatches of sequences for SVI: length-bucketed, padded, with batch-local feature ids.
+
+A batch is a dict of numpy arrays (the input of the training step):
+    indices      [B, T, F] int32  batch-local feature ids (0 = padding, also local id of PAD_ID)
+    values       [B, T, F] float  feature values (0 at padding)
+    feature_ids  [U]       int32  global feature id of each local id (feature_ids[0] == PAD_ID)
+    labels       [B, T]    int32  label ids (0 at padding)
+    lengths      [B]       int32
+Local ids let the model sample only the U weights a batch touches (exact, O(U · V) per sample)
+instead of all D. Everything is vectorised numpy: no Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from gpseq.features.padded import PAD_ID, padded_from_csr
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return max(multiple, -(-value // multiple) * multiple)
+
+
+@dataclass
+class SequenceData:
+    """A featurised corpus: CSR rows `[N_tokens, D]`, sentence offsets `[B+1]`, flat label ids `[N]`."""
+
+    rows: sp.csr_matrix
+    offsets: np.ndarray
+    label_ids: np.ndarray | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def subset(self, sentence_ids: np.ndarray) -> "SequenceData":
+        """The sentences `sentence_ids` (in that order) as a new SequenceData."""
+        sentence_ids = np.asarray(sentence_ids, dtype=np.int64)
+        starts, stops = self.offsets[sentence_ids], self.offsets[sentence_ids + 1]
+        token_ids = _ranges(starts, stops)
+        offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+        labels = None if self.label_ids is None else self.label_ids[token_ids]
+        return SequenceData(self.rows[token_ids], offsets, labels)
+
+
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, stop) for each pair, vectorised."""
+    counts = stops - starts
+    if counts.sum() == 0:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(counts.sum(), dtype=np.int64) + shift
+
+
+def make_batch(
+    data: SequenceData,
+    sentence_ids: np.ndarray,
+    *,
+    dtype=np.float32,
+    time_multiple: int = 1,
+    width_multiple: int = 1,
+    unique_multiple: int = 1,
+) -> dict[str, np.ndarray]:
+    """Pad the sentences `sentence_ids` into one batch (see module docstring for the arrays).
+
+    `*_multiple` round T, F and U up so that fewer distinct shapes reach a compiled step.
+    """
+    sentence_ids = np.asarray(sentence_ids, dtype=np.int64)
+    lengths = data.lengths[sentence_ids].astype(np.int32)
+    n_seq = len(sentence_ids)
+    time = _round_up(int(lengths.max()) if n_seq else 0, time_multiple)
+    token_ids = _ranges(data.offsets[sentence_ids], data.offsets[sentence_ids + 1])
+    sub = data.rows[token_ids]
+    row_nnz = np.diff(sub.indptr)
+    width = _round_up(int(row_nnz.max()) if row_nnz.size else 0, width_multiple)
+    flat = padded_from_csr(sub, width=width, dtype=dtype)
+    # where each token goes in [B, T]
+    seq_of = np.repeat(np.arange(n_seq), lengths)
+    pos = np.arange(len(token_ids)) - np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    unique, inverse = np.unique(np.concatenate([[PAD_ID], flat.indices.ravel()]), return_inverse=True)
+    local = inverse[1:].reshape(flat.indices.shape).astype(np.int32)
+    n_unique = _round_up(len(unique), unique_multiple)
+    feature_ids = np.full(n_unique, PAD_ID, dtype=np.int32)
+    feature_ids[: len(unique)] = unique
+    indices = np.zeros((n_seq, time, width), dtype=np.int32)
+    values = np.zeros((n_seq, time, width), dtype=dtype)
+    indices[seq_of, pos] = local
+    values[seq_of, pos] = flat.values
+    labels = np.zeros((n_seq, time), dtype=np.int32)
+    if data.label_ids is not None:
+        labels[seq_of, pos] = data.label_ids[token_ids]
+    return {
+        "indices": indices,
+        "values": values,
+        "feature_ids": feature_ids,
+        "labels": labels,
+        "lengths": lengths,
+    }
+
+
+def bucketed_batches(
+    lengths: np.ndarray, batch_size: int, rng: np.random.Generator | None
+) -> list[np.ndarray]:
+    """Sentence ids grouped into batches of similar length; batch order shuffled by `rng`.
+
+    Sentences are sorted by length (ties broken randomly when `rng` is given) and cut into
+    consecutive batches, so padding is small; with `rng=None` the order is deterministic.
+    """
+    lengths = np.asarray(lengths)
+    if rng is None:
+        order = np.argsort(lengths, kind="stable")
+    else:
+        order = np.lexsort((rng.random(len(lengths)), lengths))
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches

@@ -1,0 +1,268 @@
+"""The SVI loop for the structured GP tagger: bucketed minibatches, Adam, early stopping on a
+dev set, atomic checkpoints with resume, NaN guarding, progress callbacks.
+
+The model supplies `loss(batch, seed) -> (loss, metrics)` (negative ELBO of the batch with the
+likelihood rescaled to the corpus) and its `trainable_variables`; the trainer owns the
+optimiser, the batch order and the bookkeeping. Noise is drawn with stateless ops seeded by
+(seed, step), and the batch order of epoch e by (seed, e): a resumed run repeats exactly what an
+uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from gpseq.errors import ConfigError, NumericalError
+from gpseq.training.batching import SequenceData, bucketed_batches, make_batch
+
+log = logging.getLogger("gpseq.training")
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation settings (saved with the model)."""
+
+    batch_size: int = 32
+    epochs: int = 10
+    max_steps: int | None = None
+    learning_rate: float = 0.02
+    num_samples: int = 1  # Monte Carlo samples of f per sequence in the ELBO
+    seed: int = 0
+    dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
+    early_stopping: str = "f1"  # "f1" | "nll" | "none"
+    patience: int = 3  # evaluations without improvement before stopping
+    eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
+    checkpoint_every: int = 200
+    max_bad_steps: int = 20  # consecutive non-finite steps before giving up
+    jit_compile: bool = False
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.early_stopping not in ("f1", "nll", "none"):
+            raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            raise ConfigError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
+
+
+@dataclass
+class Progress:
+    """What a callback sees after each step (and after each dev evaluation)."""
+
+    step: int
+    total_steps: int
+    epoch: int
+    elbo_per_token: float
+    dev_score: float | None = None
+    dev_metric: str | None = None
+    skipped_steps: int = 0
+    elapsed_s: float = 0.0
+    event: str = "step"  # "step" | "eval" | "checkpoint" | "done"
+
+
+@dataclass
+class TrainState:
+    """Bookkeeping saved next to each checkpoint (JSON)."""
+
+    step: int = 0
+    best_score: float | None = None
+    best_step: int | None = None
+    evals_without_improvement: int = 0
+    skipped_steps: int = 0
+    history: list = field(default_factory=list)
+    stopped_early: bool = False
+
+
+def _to_tensors(batch: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    return {key: tf.convert_to_tensor(value) for key, value in batch.items()}
+
+
+class Trainer:
+    """Runs SVI on a model with `loss(batch, seed)` and `trainable_variables`."""
+
+    def __init__(
+        self,
+        model,
+        config: TrainingConfig,
+        *,
+        evaluate: Callable[[], tuple[float, dict]] | None = None,
+        callbacks: list[Callable[[Progress], None]] | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+    ):
+        config.validate()
+        self.model = model
+        self.config = config
+        self.evaluate = evaluate  # returns (score where higher is better, metrics)
+        self.callbacks = list(callbacks or [])
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.state = TrainState()
+        self._step_fn = None
+        self._best_values: list[np.ndarray] | None = None
+
+    # ---- the compiled step -------------------------------------------------------------------
+    def _build_step(self):
+        model, optimizer = self.model, self.optimizer
+        variables = model.trainable_variables
+
+        def step(batch, seed):
+            with tf.GradientTape() as tape:
+                loss, metrics = model.loss(batch, seed)
+            grads = tape.gradient(loss, variables)
+            finite = tf.math.is_finite(loss)
+            for grad in grads:
+                if grad is not None:
+                    finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(grad)))
+
+            def apply():
+                optimizer.apply_gradients(
+                    [(g, v) for g, v in zip(grads, variables) if g is not None]
+                )
+                return tf.constant(True)
+
+            applied = tf.cond(finite, apply, lambda: tf.constant(False))
+            return loss, metrics, applied
+
+        return tf.function(step, jit_compile=self.config.jit_compile, reduce_retracing=True)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_var)
+
+    def save_checkpoint(self) -> None:
+        """Write model + optimiser + state to `checkpoint_dir/checkpoint` atomically (dir rename)."""
+        if self.checkpoint_dir is None:
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        final = self.checkpoint_dir / "checkpoint"
+        tmp = self.checkpoint_dir / f".checkpoint.tmp-{os.getpid()}"
+        old = self.checkpoint_dir / ".checkpoint.old"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        self._checkpoint().write(str(tmp / "ckpt"))
+        state = asdict(self.state)
+        state["best_values"] = None
+        with open(tmp / "state.json", "w") as handle:
+            json.dump(state, handle)
+        if self._best_values is not None:
+            np.savez(tmp / "best.npz", *self._best_values)
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def restore_checkpoint(self) -> bool:
+        """Load the last checkpoint if there is one; returns whether one was found."""
+        if self.checkpoint_dir is None:
+            return False
+        final = self.checkpoint_dir / "checkpoint"
+        if not (final / "state.json").exists():
+            return False
+        self._ensure_slots()
+        self._checkpoint().read(str(final / "ckpt")).assert_consumed()
+        with open(final / "state.json") as handle:
+            state = json.load(handle)
+        state.pop("best_values", None)
+        self.state = TrainState(**state)
+        best = final / "best.npz"
+        if best.exists():
+            with np.load(best, allow_pickle=False) as arrays:
+                self._best_values = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+        return True
+
+    def _ensure_slots(self) -> None:
+        # Adam creates its slot variables lazily; build them so a checkpoint can fill them.
+        self.optimizer.build(self.model.trainable_variables)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def fit(self, data: SequenceData, *, resume: bool = False) -> TrainState:
+        cfg = self.config
+        if resume and not self.restore_checkpoint():
+            log.warning("resume requested but no checkpoint found in %s; starting fresh", self.checkpoint_dir)
+        if self._step_fn is None:
+            self._step_fn = self._build_step()
+        n_seq = len(data)
+        batches_per_epoch = math.ceil(n_seq / cfg.batch_size)
+        total = batches_per_epoch * cfg.epochs
+        if cfg.max_steps is not None:
+            total = min(total, cfg.max_steps)
+        eval_every = cfg.eval_every or batches_per_epoch
+        tokens = max(1, int(data.lengths.sum()))
+        start = time.perf_counter()
+        bad_in_a_row = 0
+        step = self.state.step
+        while step < total and not self.state.stopped_early:
+            epoch, position = divmod(step, batches_per_epoch)
+            order = bucketed_batches(data.lengths, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]))
+            for sentence_ids in order[position:]:
+                if step >= total:
+                    break
+                batch = _to_tensors(make_batch(data, sentence_ids))
+                seed = tf.constant([cfg.seed, step], dtype=tf.int32)
+                loss, metrics, applied = self._step_fn(batch, seed)
+                step += 1
+                self.state.step = step
+                self.step_var.assign(step)
+                if not bool(applied):
+                    bad_in_a_row += 1
+                    self.state.skipped_steps += 1
+                    log.warning("step %d: non-finite loss or gradient; step skipped", step)
+                    if bad_in_a_row >= cfg.max_bad_steps:
+                        raise NumericalError(
+                            f"{bad_in_a_row} consecutive non-finite training steps at step {step}; "
+                            "try a smaller learning_rate"
+                        )
+                    continue
+                bad_in_a_row = 0
+                elbo = -float(loss) / tokens
+                self._emit(Progress(step, total, epoch, elbo, skipped_steps=self.state.skipped_steps,
+                                    elapsed_s=time.perf_counter() - start))
+                if self.evaluate is not None and (step % eval_every == 0 or step == total):
+                    self._run_eval(step, total, epoch, elbo, start)
+                    if self.state.stopped_early:
+                        break
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    self.save_checkpoint()
+                    self._emit(Progress(step, total, epoch, elbo, event="checkpoint",
+                                        elapsed_s=time.perf_counter() - start))
+        if self._best_values is not None:
+            for variable, value in zip(self.model.trainable_variables, self._best_values):
+                variable.assign(value)
+        self.save_checkpoint()
+        self._emit(Progress(step, total, step // max(1, batches_per_epoch), float("nan"), event="done",
+                            dev_score=self.state.best_score, elapsed_s=time.perf_counter() - start))
+        return self.state
+
+    def _run_eval(self, step: int, total: int, epoch: int, elbo: float, start: float) -> None:
+        score, metrics = self.evaluate()
+        self.state.history.append({"step": step, "elbo_per_token": elbo, **metrics})
+        metric = self.config.early_stopping
+        improved = self.state.best_score is None or score > self.state.best_score
+        if improved:
+            self.state.best_score = float(score)
+            self.state.best_step = step
+            self.state.evals_without_improvement = 0
+            self._best_values = [v.numpy() for v in self.model.trainable_variables]
+        else:
+            self.state.evals_without_improvement += 1
+            if metric != "none" and self.state.evals_without_improvement >= self.config.patience:
+                self.state.stopped_early = True
+        self._emit(Progress(step, total, epoch, elbo, dev_score=float(score), dev_metric=metric,
+                            event="eval", elapsed_s=time.perf_counter() - start))
+
+    def _emit(self, progress: Progress) -> None:
+        for callback in self.callbacks:
+            callback(progress)
