@@ -1,0 +1,80 @@
+"""Score-function estimator of the expected log-likelihood with control variates (seed §5.2).
+
+It only ever *evaluates* log p(y | f): no gradient flows through the likelihood, so a likelihood
+given as a plain Python/NumPy function (wrapped in `tf.numpy_function`) trains the model
+unchanged. The gradient of E_q[log p(y|f)] with respect to the variational parameters λ is
+
+    ∇λ E_q[L] = E_q[L(f) ∇λ log q_λ(z)]                                   (seed eqs. 9–10)
+
+where z are the Gaussian draws f is built from (the batch's weights w, the whitened inducing
+values v per mixture component, f_bin), and f is a deterministic function of z and of noise
+that does not depend on λ. The control variate h = ∇λ log q (zero mean) with the per-element
+coefficient â = Cov[L h, h] / Var[h] (estimated from the same S samples) reduces the variance.
+Kernel hyperparameters are not learned by this estimator (their gradient would need ∂L/∂f);
+they keep their initial values when `estimator = "score"`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _control_coefficient(values, scores, reduce_leading: bool = False):
+    """â per element: Cov_s[L h, h] / Var_s[h]; values `[S]`, scores `[S, ...]` → `[...]`."""
+    S = tf.cast(tf.shape(values)[0], values.dtype)
+    values = tf.reshape(values, [-1] + [1] * (len(scores.shape) - 1))
+    g = values * scores
+    g_centred = g - tf.reduce_mean(g, 0)
+    h_centred = scores - tf.reduce_mean(scores, 0)
+    cov = tf.reduce_sum(g_centred * h_centred, 0) / (S - 1.0)
+    var = tf.reduce_sum(h_centred**2, 0) / (S - 1.0)
+    if reduce_leading:
+        # one coefficient per block (e.g. per label of a multivariate q(v_j)): pool its elements
+        cov, var = tf.reduce_sum(cov, 0), tf.reduce_sum(var, 0)
+    return tf.math.divide_no_nan(cov, var)
+
+
+def score_function_surrogate(values, log_densities, scores, use_control_variates: bool = True):
+    """A scalar whose value is mean(values) and whose gradient is the score-function estimate.
+
+    values `[S]` (log-likelihoods, treated as constants), log_densities `[S, ...]` per-element
+    log q of the draws (differentiable in λ), scores `[S, ...]` ∂ log q / ∂(mean) per element
+    (constants, used only for the control-variate coefficient; with one extra axis after S,
+    `[S, M, ...]`, a block of M elements shares one coefficient).
+    """
+    values = tf.stop_gradient(values)
+    S = tf.cast(tf.shape(values)[0], values.dtype)
+    if use_control_variates:
+        pooled = len(scores.shape) > len(log_densities.shape)
+        baseline = tf.stop_gradient(_control_coefficient(values, tf.stop_gradient(scores), pooled))
+    else:
+        baseline = tf.zeros_like(log_densities[0])
+    weight = tf.reshape(values, [-1] + [1] * (len(log_densities.shape) - 1)) - baseline
+    surrogate = tf.reduce_sum(weight * log_densities) / S
+    return surrogate - tf.stop_gradient(surrogate)
+
+
+def score_function_ell(model, batch, num_samples: int, seed, use_control_variates: bool = True):
+    """Σ_n Σ_k π_k E_{q_k}[log p(y_n|f_n)] with score-function gradients (value: the MC estimate)."""
+    import tensorflow_probability as tfp
+
+    seeds = tfp.random.split_seed(seed, 2)
+    unary, draws = model.sample_unary(batch, num_samples, seeds[0], return_draws=True)  # [K, S, B, T, V]
+    pair_draw = model.sample_pairwise(num_samples, seeds[1])  # [S, V, V]
+    unary = tf.stop_gradient(unary)
+    pairwise = tf.stop_gradient(pair_draw)[None, :, None]
+    ll = tf.stop_gradient(model.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"]))  # [K, S, B]
+    per_sample = tf.reduce_sum(ll, -1)  # [K, S]
+    weights = model._mixture_weights()  # [K]
+    value = tf.reduce_sum(weights * tf.reduce_mean(per_sample, 1))
+    # every sample of every component sees the same w and f_bin draws: use the π-weighted values
+    mixed = tf.einsum("k,ks->s", weights, per_sample)
+    surrogate = tf.zeros([], value.dtype)
+    for log_density, score in model.draw_log_densities(batch, draws, tf.stop_gradient(pair_draw)):
+        surrogate += score_function_surrogate(mixed, log_density, score, use_control_variates)
+    if "v" in draws:
+        # per component k: inducing draws v_k only enter component k's likelihood
+        for k, (log_density, score) in enumerate(model.inducing_log_densities(draws["v"])):
+            surrogate += weights[k] * score_function_surrogate(per_sample[k], log_density, score,
+                                                               use_control_variates)
+    return value + surrogate
