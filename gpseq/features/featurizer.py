@@ -222,7 +222,6 @@ class Featurizer:
         self._sources: list = config.sources()
         self._max_offset = max((abs(o) for t in self._templates for _, o in t.parts), default=0)
         self._nlp = nlp
-        self._lexical_vocab = None
         self._tables: list[_Table] | None = None
         self._n_features: int | None = config.hashing_dim
         self._reset_spaces(frozen=False)
@@ -391,11 +390,7 @@ class Featurizer:
             self._type_index = {}
 
     def _vocab(self):
-        if self._lexical_vocab is None:
-            import spacy
-
-            self._lexical_vocab = spacy.blank(self.config.lang).vocab
-        return self._lexical_vocab
+        return _blank_vocab(self.config.lang)
 
     def _pipeline(self):
         if self._nlp is None:
@@ -419,23 +414,21 @@ class Featurizer:
         ids = np.fromiter(map(index.get, words, repeat(-1)), dtype=np.int64, count=len(words))
         missing = np.flatnonzero(ids < 0)
         if missing.size:
+            new_words = list(dict.fromkeys(words[i] for i in missing))
+            first = len(index)
+            needed = first + len(new_words)
+            if needed > len(self._type_values):
+                grown = np.zeros((max(needed, 2 * len(self._type_values)), self._type_values.shape[1]), dtype=np.int64)
+                grown[:first] = self._type_values[:first]
+                self._type_values = grown
             vocab = self._vocab()
-            spaces = [self._spaces[s] for s in self._lexical_sources]
-            for i in missing:
-                word = words[i]
-                found = index.get(word)
-                if found is None:
-                    found = len(index)
-                    if found >= len(self._type_values):
-                        grown = np.zeros((2 * len(self._type_values), self._type_values.shape[1]), dtype=np.int64)
-                        grown[:found] = self._type_values[:found]
-                        self._type_values = grown
-                    lexeme = vocab[word]
-                    self._type_values[found] = [
-                        space.id(fn(lexeme, word)) for space, fn in zip(spaces, self._lexical_functions)
-                    ]
-                    index[word] = found
-                ids[i] = found
+            lexemes = [vocab[word] for word in new_words]
+            for j, (source, fn) in enumerate(zip(self._lexical_sources, self._lexical_functions)):
+                strings = [fn(lexeme, word) for lexeme, word in zip(lexemes, new_words)]
+                self._type_values[first:needed, j] = self._spaces[source].ids(strings)
+            index.update(zip(new_words, range(first, needed)))
+            ids[missing] = np.fromiter(map(index.__getitem__, (words[i] for i in missing)), dtype=np.int64,
+                                       count=len(missing))
         return ids
 
     def _lexical_values(self, words: list[str], values: dict) -> None:
@@ -564,7 +557,13 @@ class Featurizer:
         uniques, counts = [], []
         for template in self._templates:
             keys, _ = self._keys(template, values, geometry, cache, n)
-            unique, count = np.unique(keys, return_counts=True)
+            key_space = self._key_space(template)
+            if key_space <= min(_DENSE_TABLE_MAX * 4, 8 * n + 1024):  # counting beats sorting
+                count = np.bincount(keys, minlength=key_space)
+                unique = np.flatnonzero(count)
+                count = count[unique]
+            else:
+                unique, count = np.unique(keys, return_counts=True)
             uniques.append(unique)
             counts.append(count)
         all_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
@@ -651,6 +650,21 @@ class Featurizer:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return FeatureMatrix(rows, offsets)
+
+
+_BLANK_VOCABS: dict = {}
+
+
+def _blank_vocab(lang: str):
+    """The Vocab of `spacy.blank(lang)`, shared by all featurizers (lexical attributes only)."""
+    if lang not in _BLANK_VOCABS:
+        import spacy
+
+        try:
+            _BLANK_VOCABS[lang] = spacy.blank(lang).vocab
+        except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
+            raise ConfigError(f"features.lang {lang!r}: no spaCy language ({err})") from None
+    return _BLANK_VOCABS[lang]
 
 
 def _token_strings(tokens: list, attribute: str) -> list[str]:
