@@ -135,6 +135,7 @@ def main() -> None:
     test = read_columns(corpora_dir() / "conll2000" / "test.txt")
     if args.quick:
         train, test = train[:2000], test[:500]
+    rss_corpus = peak_rss_mb()
     n_train = sum(len(s) for s in train)
     n_test = sum(len(s) for s in test)
     config = get_preset("chunking")
@@ -170,6 +171,8 @@ def main() -> None:
         "tokens_per_s": n_train / min(transform_s),
         "fit_tokens_per_s": n_train / min(fit_s),
         "fit_transform_tokens_per_s": n_train / min(f + t for f, t in zip(fit_s, transform_s)),
+        # first repeat: spaCy creates every word type's Lexeme inside the timed fit
+        "cold_fit_transform_tokens_per_s": n_train / (fit_s[0] + transform_s[0]),
         "test_tokens_per_s": n_test / min(test_s),
         "n_features": featurizer.n_features,
         "nnz_per_row": matrix.rows.nnz / matrix.rows.shape[0],
@@ -177,6 +180,7 @@ def main() -> None:
         "padded_batch_64_ms": 1000 * padded_s,
         "spacy_blank_load_s": spacy_load_s,
         "peak_rss_mb": rss,
+        "rss_after_reading_corpus_mb": rss_corpus,
         "quick": args.quick,
         "cpu": cpu_model(),
     }
@@ -204,7 +208,7 @@ def main() -> None:
         result["peer_tokens_per_s"] = n_train / (peer_extract + peer_vectorise)
         result["peer_n_features"] = len(peer.vocabulary_)
         result["peer_nnz_per_row"] = peer_rows.nnz / peer_rows.shape[0]
-        result["speedup_vs_peer"] = result["fit_transform_tokens_per_s"] / result["peer_tokens_per_s"]
+        result["speedup_vs_peer"] = result["cold_fit_transform_tokens_per_s"] / result["peer_tokens_per_s"]
         result["same_feature_set"] = bool(
             set(peer.vocabulary_) == set(featurizer.feature_names()[1:])
         )
@@ -215,6 +219,7 @@ def main() -> None:
     print(f"{'gpseq transform (after fit)':38s}{result['tokens_per_s']:>12,.0f}")
     print(f"{'gpseq fit (vocabulary)':38s}{result['fit_tokens_per_s']:>12,.0f}")
     print(f"{'gpseq fit + transform':38s}{result['fit_transform_tokens_per_s']:>12,.0f}")
+    print(f"{'gpseq fit + transform, cold lexemes':38s}{result['cold_fit_transform_tokens_per_s']:>12,.0f}")
     print(f"{'gpseq transform, test set':38s}{result['test_tokens_per_s']:>12,.0f}")
     if "crfpp_template_fit_transform_tokens_per_s" in result:
         print(f"{'gpseq CRF++ chunking template, fit+tr':38s}"
@@ -223,10 +228,10 @@ def main() -> None:
         print(f"{'spaCy Doc dicts + DictVectorizer':38s}{result['peer_tokens_per_s']:>12,.0f}")
         print(f"D = {result['n_features']:,} (peer {result['peer_n_features']:,} + PAD), nnz/row = "
               f"{result['nnz_per_row']:.1f} (peer {result['peer_nnz_per_row']:.1f}), same feature set: "
-              f"{result['same_feature_set']}, speed-up {result['speedup_vs_peer']:.1f}x")
+              f"{result['same_feature_set']}, speed-up (cold fit+transform) {result['speedup_vs_peer']:.1f}x")
     else:
         print(f"D = {result['n_features']:,}, nnz/row = {result['nnz_per_row']:.1f}")
-    print(f"peak RSS (gpseq part) {rss:.0f} MB")
+    print(f"peak RSS (gpseq part) {rss:.0f} MB, of which {rss_corpus:.0f} MB after reading the corpus")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
