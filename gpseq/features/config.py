@@ -78,17 +78,20 @@ class FeatureConfig:
                 raise ConfigError(f"features.{name} must be an integer >= 0, got {getattr(self, name)!r}")
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ConfigError(f"features.min_count must be an integer >= 1, got {self.min_count!r}")
-        if self.max_features is not None and (not isinstance(self.max_features, int) or self.max_features < 1):
-            raise ConfigError(f"features.max_features must be None or an integer >= 1, got {self.max_features!r}")
+        for name, low in (("max_features", 1), ("hashing_dim", 2)):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < low):
+                raise ConfigError(f"features.{name} must be None or an integer >= {low}, got {value!r}")
         if self.hashing_dim is not None:
-            if not isinstance(self.hashing_dim, int) or self.hashing_dim < 2:
-                raise ConfigError(f"features.hashing_dim must be None or an integer >= 2, got {self.hashing_dim!r}")
             if self.min_count != 1 or self.max_features is not None:
                 raise ConfigError("features.min_count/max_features apply to a vocabulary, not to hashing_dim")
         if self.dtype not in _DTYPES:
             raise ConfigError(f"features.dtype must be one of {_DTYPES}, got {self.dtype!r}")
         for source in self.sources():
             check_source(source)
+        for column, attribute in self.column_attributes.items():
+            check_source(column)
+            check_source(attribute)
         for conj in self.conjunctions:
             if not conj:
                 raise ConfigError("features.conjunctions: an empty conjunction")

@@ -342,13 +342,16 @@ class Featurizer:
             raise ModelFormatError(f"{meta_path}: not a gpseq featurizer")
         version = data.get("version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ModelFormatError(f"{meta_path}: format version {version!r} is newer than this gpseq ({FORMAT_VERSION})")
+            raise ModelFormatError(
+                f"{meta_path}: format version {version!r} is newer than this gpseq ({FORMAT_VERSION})"
+            )
         try:
             config = FeatureConfig.from_dict(data["config"])
         except ConfigError as err:
             raise ModelFormatError(f"{meta_path}: bad feature configuration: {err}") from None
         featurizer = cls(config, nlp=nlp)
-        if [t.name for t in featurizer._templates] != data.get("templates") or featurizer._sources != data.get("sources"):
+        names = [t.name for t in featurizer._templates]
+        if names != data.get("templates") or featurizer._sources != data.get("sources"):
             raise ModelFormatError(f"{meta_path}: templates do not match the configuration")
         if data.get("max_offset") != featurizer._max_offset:
             raise ModelFormatError(f"{meta_path}: max_offset does not match the configuration")
@@ -366,12 +369,14 @@ class Featurizer:
             raise ModelFormatError(f"{meta_path}: bad value lists")
         n_boundary = 2 * featurizer._max_offset
         featurizer._spaces = {
-            s: _ValueSpace(n_boundary, strings, frozen=True) for s, strings in zip(featurizer._sources, values)
+            source: _ValueSpace(n_boundary, strings, frozen=True)
+            for source, strings in zip(featurizer._sources, values)
         }
         with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
             tables = []
             for i, template in enumerate(featurizer._templates):
-                tables.append(_Table(arrays[f"keys_{i}"], arrays[f"columns_{i}"], featurizer._key_space(template)))
+                key_space = featurizer._key_space(template)
+                tables.append(_Table(arrays[f"keys_{i}"], arrays[f"columns_{i}"], key_space))
         featurizer._tables = tables
         featurizer._n_features = int(data["n_features"])
         return featurizer
@@ -386,7 +391,10 @@ class Featurizer:
         self._type_values = np.zeros((1024, len(self._lexical_sources)), dtype=np.int64)
 
     def _maybe_reset_type_cache(self) -> None:
-        if len(self._type_index) > _TYPE_CACHE_MAX:
+        """Bound the caches of a long-running tagger (they only speed up repeated values)."""
+        if self.hashing and sum(space.radix for space in self._spaces.values()) > _TYPE_CACHE_MAX:
+            self._reset_spaces(frozen=False)  # hashing needs no stable ids: start afresh
+        elif len(self._type_index) > _TYPE_CACHE_MAX:
             self._type_index = {}
 
     def _vocab(self):
@@ -418,7 +426,8 @@ class Featurizer:
             first = len(index)
             needed = first + len(new_words)
             if needed > len(self._type_values):
-                grown = np.zeros((max(needed, 2 * len(self._type_values)), self._type_values.shape[1]), dtype=np.int64)
+                size = max(needed, 2 * len(self._type_values))
+                grown = np.zeros((size, self._type_values.shape[1]), dtype=np.int64)
                 grown[:first] = self._type_values[:first]
                 self._type_values = grown
             vocab = self._vocab()
