@@ -38,9 +38,11 @@ def read_columns(path: Path) -> list[Sentence]:
     try:
         from gpseq.corpora import read_conll  # the project's reader, when present
 
-        return list(read_conll(path))
+        sentences = list(read_conll(path))
+        print(f"reader: gpseq.corpora.read_conll ({path.name})")
+        return sentences
     except Exception:  # reader absent or a different signature: a minimal local parser
-        pass
+        print(f"reader: local column parser ({path.name})")
     out, rows = [], []
     with open(path, encoding="utf-8") as handle:
         for raw in handle:

@@ -405,3 +405,21 @@ def test_pipeline_attributes_become_features(tiny_tagger, tmp_path):
     assert (column_featurizer.transform_docs(docs).rows != column_featurizer.transform(with_column).rows).nnz == 0
     with pytest.raises(ConfigError, match="column_attributes"):
         Featurizer(FeatureConfig(columns=[2], bias=False)).fit_docs(docs)  # no attribute for column 2
+
+
+def test_padded_batch_matmul_under_xla_equals_csr_product():
+    tf = pytest.importorskip("tensorflow")
+    data = [THREE, sentence(["He PRP B", "reckons VBZ B", "the DT B", "deficit NN I", ". . O"])]
+    featurizer = Featurizer(get_preset("chunking", l2_normalize=True, dtype="float64"))
+    matrix = featurizer.fit_transform(data)
+    weights = np.random.default_rng(0).normal(size=(featurizer.n_features, 3))
+    indices, values, lengths = matrix.padded_batch([1, 0])
+
+    @tf.function(jit_compile=True)
+    def unary(indices, values, weights):  # [B, T, F], [B, T, F], [D, V] -> [B, T, V]
+        return tf.reduce_sum(values[..., None] * tf.gather(weights, indices), axis=-2)
+
+    got = unary(tf.constant(indices), tf.constant(values), tf.constant(weights)).numpy()
+    expected = matrix.rows @ weights  # scipy CSR product
+    for b, sid in enumerate([1, 0]):
+        assert np.allclose(got[b, : lengths[b]], expected[matrix.offsets[sid] : matrix.offsets[sid + 1]])
