@@ -1,0 +1,35 @@
+"""Deterministic splits of a corpus by sentence index: k folds and train/dev."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpseq.errors import ConfigError
+
+
+def kfold_indices(n: int, k: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """k (train_idx, test_idx) pairs over range(n): a seeded shuffle cut into k folds of sizes differing by ≤ 1.
+
+    Every index is in exactly one test fold; both arrays are sorted int64. Same (n, k, seed), same folds.
+    """
+    if not 2 <= k <= n:
+        raise ConfigError(f"k-fold needs 2 <= k <= n, got k={k}, n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    folds = np.array_split(order, k)
+    out = []
+    for test in folds:
+        mask = np.ones(n, dtype=bool)
+        mask[test] = False
+        out.append((np.flatnonzero(mask).astype(np.int64), np.sort(test).astype(np.int64)))
+    return out
+
+
+def train_dev_split(n: int, dev_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, dev_idx) over range(n): round(n * dev_fraction) seeded-random indices (at least 1) go to dev."""
+    if not 0.0 < dev_fraction < 1.0:
+        raise ConfigError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
+    if n < 2:
+        raise ConfigError(f"a train/dev split needs at least 2 sentences, got {n}")
+    n_dev = min(max(1, round(n * dev_fraction)), n - 1)
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_dev:]).astype(np.int64), np.sort(order[:n_dev]).astype(np.int64)
