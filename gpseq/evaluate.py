@@ -1,0 +1,332 @@
+"""Metrics: token accuracy, conlleval chunk P/R/F1, NLL, expected calibration error, Brier; reliability plots.
+
+Gold labels outside the model's label set (never seen in training) are errors with probability
+0: their NLL is clipped at -log(eps) and the number of clipped tokens is reported. Chunk scores
+are computed only when every gold and predicted label is a chunk label of the scheme (B-/I-/O
+…); for other labellings (POS tags) they are None and `chunk_note` says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme, spans
+from gpseq.errors import ConfigError, NumericalError
+
+DEFAULT_EPS = 1e-12
+
+
+@dataclass
+class ChunkScore:
+    """Chunk counts and scores (fractions in [0, 1]; 0 where a denominator is 0, as conlleval)."""
+
+    n_gold: int
+    n_predicted: int
+    n_correct: int
+
+    @property
+    def precision(self) -> float:
+        return self.n_correct / self.n_predicted if self.n_predicted else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.n_correct / self.n_gold if self.n_gold else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+
+@dataclass
+class ChunkScores:
+    """Overall and per-type chunk scores."""
+
+    overall: ChunkScore
+    per_type: dict[str, ChunkScore]
+
+
+def chunk_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: str = "iob2") -> ChunkScores:
+    """conlleval chunk precision/recall/F1: a chunk is correct when type, start and end all match.
+
+    gold, predicted: [S][T_s] labels. Sentence boundaries end chunks. Per-type keys are chunk
+    types ("" for bare B/I tags). ConfigError if a label is not a chunk label of `scheme`.
+    """
+    _check_lengths(gold, predicted)
+    gold_count, predicted_count, correct_count = Counter(), Counter(), Counter()
+    for gold_labels, predicted_labels in zip(gold, predicted):
+        gold_spans = set(spans(gold_labels, scheme))
+        predicted_spans = set(spans(predicted_labels, scheme))
+        gold_count.update(kind for kind, _, _ in gold_spans)
+        predicted_count.update(kind for kind, _, _ in predicted_spans)
+        correct_count.update(kind for kind, _, _ in gold_spans & predicted_spans)
+    per_type = {
+        kind: ChunkScore(gold_count[kind], predicted_count[kind], correct_count[kind])
+        for kind in sorted(set(gold_count) | set(predicted_count))
+    }
+    overall = ChunkScore(sum(gold_count.values()), sum(predicted_count.values()), sum(correct_count.values()))
+    return ChunkScores(overall, per_type)
+
+
+def calibration_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15):
+    """Equal-width bins ((i/n, (i+1)/n], the first also holding 0) of top-label confidence.
+
+    confidence, correct: [N]. Returns counts [n_bins], mean confidence [n_bins], accuracy
+    [n_bins] (NaN for empty bins).
+    """
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    if confidence.shape != correct.shape or confidence.ndim != 1:
+        raise ConfigError("confidence and correct must be 1-D arrays of the same length")
+    if n_bins < 1:
+        raise ConfigError(f"n_bins must be >= 1, got {n_bins}")
+    if confidence.size and (np.nanmin(confidence) < 0 or np.nanmax(confidence) > 1 + 1e-9 or np.isnan(confidence).any()):
+        raise NumericalError("confidences must lie in [0, 1]")
+    index = np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    counts = np.bincount(index, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / counts
+        accuracy = np.bincount(index, weights=correct, minlength=n_bins) / counts
+    return counts.astype(np.int64), mean_confidence, accuracy
+
+
+def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
+    """ECE = Σ_b (n_b / N) |accuracy_b − mean confidence_b| over equal-width bins. confidence, correct: [N]."""
+    counts, mean_confidence, accuracy = calibration_bins(confidence, correct, n_bins)
+    total = counts.sum()
+    if total == 0:
+        return float("nan")
+    filled = counts > 0
+    return float(np.sum(counts[filled] / total * np.abs(accuracy[filled] - mean_confidence[filled])))
+
+
+def brier_score(probabilities: np.ndarray, gold_index: np.ndarray) -> float:
+    """Mean over tokens of Σ_j (p_j − 1[j = gold])², over the label set plus the gold label.
+
+    probabilities: [N, V]; gold_index: [N], −1 for a gold label outside the label set (its own
+    term (0 − 1)² = 1 is then added to Σ_j p_j²).
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    gold_index = np.asarray(gold_index, dtype=np.int64)
+    if probabilities.ndim != 2 or gold_index.shape != probabilities.shape[:1]:
+        raise ConfigError("brier_score needs probabilities [N, V] and gold_index [N]")
+    if probabilities.shape[0] == 0:
+        return float("nan")
+    seen = gold_index >= 0
+    p_gold = np.where(seen, probabilities[np.arange(len(gold_index)), np.maximum(gold_index, 0)], 0.0)
+    return float(np.mean(np.sum(probabilities**2, axis=1) - 2.0 * p_gold + 1.0))
+
+
+def reliability_diagram(confidence: np.ndarray, correct: np.ndarray, path: str | os.PathLike, n_bins: int = 15,
+                        title: str | None = None) -> Path:
+    """Write a reliability diagram PNG (accuracy per confidence bin against the diagonal, token histogram).
+
+    confidence, correct: [N]. Written atomically; returns the path.
+    """
+    from matplotlib.figure import Figure  # no pyplot: the Agg canvas is used, no global backend state
+
+    counts, mean_confidence, accuracy = calibration_bins(confidence, correct, n_bins)
+    ece = expected_calibration_error(confidence, correct, n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    width = 1.0 / n_bins
+    figure = Figure(figsize=(5, 6), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    filled = counts > 0
+    top.bar(edges[:-1][filled], accuracy[filled], width=width, align="edge", edgecolor="black", label="accuracy")
+    top.bar(edges[:-1][filled], (mean_confidence - accuracy)[filled], bottom=accuracy[filled], width=width,
+            align="edge", color="tab:red", alpha=0.3, label="gap to confidence")
+    top.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
+    top.set_ylabel("accuracy")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.legend(loc="upper left")
+    top.set_title(f"{title + ': ' if title else ''}ECE {ece:.4f} ({n_bins} bins, {int(counts.sum())} tokens)")
+    bottom.bar(edges[:-1], counts, width=width, align="edge", edgecolor="black", color="grey")
+    bottom.set_yscale("log" if counts.max(initial=0) > 0 else "linear")
+    bottom.set_xlabel("top-label confidence")
+    bottom.set_ylabel("tokens")
+    path = Path(path)
+    handle = tempfile.NamedTemporaryFile(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".png", delete=False)
+    handle.close()
+    try:
+        figure.savefig(handle.name, format="png", dpi=100)
+        os.replace(handle.name, path)
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    return path
+
+
+@dataclass
+class EvaluationReport:
+    """Everything `evaluate` measured; None where the inputs did not allow a metric."""
+
+    n_sentences: int
+    n_tokens: int
+    token_accuracy: float
+    token_error: float
+    scheme: str | None = None
+    chunk_precision: float | None = None
+    chunk_recall: float | None = None
+    chunk_f1: float | None = None
+    n_gold_chunks: int | None = None
+    n_predicted_chunks: int | None = None
+    n_correct_chunks: int | None = None
+    per_type: dict[str, ChunkScore] | None = None
+    chunk_note: str | None = None
+    token_nll: float | None = None  # mean over tokens of −log p(gold label)
+    seq_nll: float | None = None  # mean over sentences of −log p(gold path)
+    seq_nll_per_token: float | None = None  # Σ_sentences −log p(gold path) / n_tokens
+    ece: float | None = None
+    brier: float | None = None
+    n_bins: int = 15
+    eps: float = DEFAULT_EPS
+    n_unseen_gold_tokens: int | None = None  # gold labels outside the model's label set
+    n_clipped_tokens: int | None = None  # tokens whose p(gold) < eps (NLL clipped at −log eps)
+    n_clipped_sequences: int | None = None  # sentences whose log p(gold path) < log eps
+    calibration: dict = field(default_factory=dict, repr=False)  # counts / confidence / accuracy per bin
+
+    def to_dict(self) -> dict:
+        """Flat JSON-able dict; per-type scores as `chunk_f1[TYPE]`, `chunk_precision[TYPE]` …"""
+        out = {
+            key: value
+            for key, value in self.__dict__.items()
+            if key not in ("per_type", "calibration")
+        }
+        for key, value in out.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = None
+        for kind, score in (self.per_type or {}).items():
+            out[f"chunk_precision[{kind}]"] = score.precision
+            out[f"chunk_recall[{kind}]"] = score.recall
+            out[f"chunk_f1[{kind}]"] = score.f1
+            out[f"n_gold_chunks[{kind}]"] = score.n_gold
+            out[f"n_predicted_chunks[{kind}]"] = score.n_predicted
+            out[f"n_correct_chunks[{kind}]"] = score.n_correct
+        return out
+
+    def per_type_table(self) -> str:
+        """A plain-text table of per-type chunk scores (conlleval's layout, percentages)."""
+        if self.per_type is None:
+            return f"no chunk scores: {self.chunk_note}"
+        lines = [f"{'type':<12} {'precision':>9} {'recall':>9} {'F1':>9} {'gold':>7} {'pred':>7} {'correct':>7}"]
+        rows = [*self.per_type.items(), ("overall", ChunkScore(self.n_gold_chunks, self.n_predicted_chunks, self.n_correct_chunks))]
+        for kind, s in rows:
+            lines.append(
+                f"{kind or '(none)':<12} {100 * s.precision:>9.2f} {100 * s.recall:>9.2f} {100 * s.f1:>9.2f} "
+                f"{s.n_gold:>7} {s.n_predicted:>7} {s.n_correct:>7}"
+            )
+        return "\n".join(lines)
+
+
+def _check_lengths(gold, predicted) -> None:
+    if len(gold) != len(predicted):
+        raise ConfigError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
+    for number, (g, p) in enumerate(zip(gold, predicted), start=1):
+        if len(g) != len(p):
+            raise ConfigError(f"sentence {number}: {len(g)} gold labels but {len(p)} predicted")
+
+
+def evaluate(
+    gold: Sequence[Sequence[str]],
+    predicted: Sequence[Sequence[str]],
+    *,
+    labels: Sequence[str] | None = None,
+    probabilities: Sequence[np.ndarray] | None = None,
+    sequence_log_probs: Sequence[float] | None = None,
+    scheme: str | None = "iob2",
+    n_bins: int = 15,
+    eps: float = DEFAULT_EPS,
+) -> EvaluationReport:
+    """Score predictions against gold labels.
+
+    gold, predicted: [S][T_s] labels. labels: the model's label set [V]. probabilities: S arrays
+    [T_s, V] of per-token marginals in `labels` order (token NLL, ECE, Brier; ECE uses the
+    argmax label's probability as confidence). sequence_log_probs: [S] log p(gold path | x)
+    (−inf allowed: clipped at log eps and counted). scheme: 'iob1'/'iob2'/'bioes', 'auto'
+    (detect from gold) or None (no chunk scores).
+    """
+    _check_lengths(gold, predicted)
+    if not 0 < eps < 1:
+        raise ConfigError(f"eps must be in (0, 1), got {eps}")
+    gold_flat = [label for sentence in gold for label in sentence]
+    predicted_flat = [label for sentence in predicted for label in sentence]
+    n_tokens = len(gold_flat)
+    accuracy = float(np.mean([g == p for g, p in zip(gold_flat, predicted_flat)])) if n_tokens else float("nan")
+    report = EvaluationReport(len(gold), n_tokens, accuracy, 1.0 - accuracy, n_bins=n_bins, eps=eps)
+
+    if scheme is not None and str(scheme).lower() == "auto":
+        scheme = detect_scheme([list(s) for s in gold])
+        if scheme is None:
+            report.chunk_note = "labels are not chunk labels: chunk scores omitted"
+    if scheme is not None:
+        scheme = normalise_scheme(scheme)
+        report.scheme = scheme
+        if is_chunk_labelling(set(gold_flat) | set(predicted_flat), scheme):
+            scores = chunk_scores(gold, predicted, scheme)
+            report.chunk_precision = scores.overall.precision
+            report.chunk_recall = scores.overall.recall
+            report.chunk_f1 = scores.overall.f1
+            report.n_gold_chunks = scores.overall.n_gold
+            report.n_predicted_chunks = scores.overall.n_predicted
+            report.n_correct_chunks = scores.overall.n_correct
+            report.per_type = scores.per_type
+        else:
+            odd = sorted(label for label in set(gold_flat) | set(predicted_flat) if not is_chunk_labelling([label], scheme))
+            report.chunk_note = f"labels such as {odd[0]!r} are not {scheme} chunk labels: chunk scores omitted"
+
+    gold_index = None
+    if labels is not None:
+        index = {label: i for i, label in enumerate(labels)}
+        gold_index = np.array([index.get(label, -1) for label in gold_flat], dtype=np.int64)
+        report.n_unseen_gold_tokens = int(np.sum(gold_index < 0))
+
+    if probabilities is not None:
+        if labels is None:
+            raise ConfigError("probabilities need `labels` (the order of their columns)")
+        if len(probabilities) != len(gold):
+            raise ConfigError(f"{len(probabilities)} probability arrays for {len(gold)} sentences")
+        for number, (array, sentence) in enumerate(zip(probabilities, gold), start=1):
+            shape = np.shape(array)
+            if shape != (len(sentence), len(labels)):
+                raise ConfigError(f"sentence {number}: probabilities of shape {shape}, expected {(len(sentence), len(labels))}")
+        flat = (np.concatenate([np.asarray(a, dtype=np.float64) for a in probabilities], axis=0)
+                if n_tokens else np.zeros((0, len(labels))))
+        if not np.all(np.isfinite(flat)) or (flat.size and flat.min() < 0):
+            raise NumericalError("probabilities must be finite and non-negative")
+        rows = np.arange(n_tokens)
+        p_gold = np.where(gold_index >= 0, flat[rows, np.maximum(gold_index, 0)], 0.0) if n_tokens else np.zeros(0)
+        clipped = p_gold < eps
+        report.n_clipped_tokens = int(clipped.sum())
+        report.token_nll = float(np.mean(-np.log(np.maximum(p_gold, eps)))) if n_tokens else float("nan")
+        if n_tokens:
+            confidence = flat.max(axis=1)
+            correct = flat.argmax(axis=1) == gold_index
+            report.ece = expected_calibration_error(confidence, correct, n_bins)
+            report.brier = brier_score(flat, gold_index)
+            counts, mean_confidence, bin_accuracy = calibration_bins(confidence, correct, n_bins)
+            report.calibration = {
+                "counts": counts.tolist(),
+                "confidence": [None if np.isnan(x) else float(x) for x in mean_confidence],
+                "accuracy": [None if np.isnan(x) else float(x) for x in bin_accuracy],
+            }
+
+    if sequence_log_probs is not None:
+        log_probs = np.asarray(sequence_log_probs, dtype=np.float64)
+        if log_probs.shape != (len(gold),):
+            raise ConfigError(f"{log_probs.shape[0] if log_probs.ndim else 1} sequence log-probabilities for {len(gold)} sentences")
+        if np.isnan(log_probs).any() or (log_probs > 1e-6).any():
+            raise NumericalError("sequence log-probabilities must be <= 0 and not NaN")
+        floor = math.log(eps)
+        report.n_clipped_sequences = int(np.sum(log_probs < floor))
+        nll = -np.maximum(log_probs, floor)
+        report.seq_nll = float(np.mean(nll)) if len(gold) else float("nan")
+        report.seq_nll_per_token = float(np.sum(nll) / n_tokens) if n_tokens else float("nan")
+    return report
