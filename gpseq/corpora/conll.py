@@ -246,25 +246,32 @@ def write_conll(path_or_file, sentences: Iterable[Sentence], *, encoding: str = 
     if not isinstance(path_or_file, (str, os.PathLike)):
         name = _source_name(path_or_file, None)
         text_file = isinstance(path_or_file, io.TextIOBase) or hasattr(path_or_file, "encoding")
+        encoder = _encoder(encoding)
         for number, chunk in enumerate(_format(sentences, name, separator), start=1):
-            path_or_file.write(chunk if text_file else _encode(chunk, encoding, name, number))
+            path_or_file.write(chunk if text_file else _encode(encoder, chunk, encoding, name, number))
         return
     path = Path(path_or_file)
     name = os.fspath(path)
+    encoder = _encoder(encoding)
     handle = tempfile.NamedTemporaryFile("wb", dir=path.parent or ".", prefix=f".{path.name}.", delete=False)
     try:
         with handle:
             for number, chunk in enumerate(_format(sentences, name, separator), start=1):
-                handle.write(_encode(chunk, encoding, name, number))
+                handle.write(_encode(encoder, chunk, encoding, name, number))
         os.replace(handle.name, path)
     except BaseException:
         os.unlink(handle.name)
         raise
 
 
-def _encode(text: str, encoding: str, name: str, number: int) -> bytes:
+def _encoder(encoding: str):
+    # incremental, so that a BOM (UTF-16) is written once, not once per sentence
+    return codecs.getincrementalencoder(encoding)()
+
+
+def _encode(encoder, text: str, encoding: str, name: str, number: int) -> bytes:
     try:
-        return text.encode(encoding)
+        return encoder.encode(text)
     except UnicodeEncodeError as err:
         raise InputFormatError(
             name, None, f"sentence {number}: {text[err.start:err.end]!r} cannot be encoded as {encoding}"
