@@ -1,0 +1,207 @@
+"""Metrics against seqeval, a streaming conlleval re-implementation and hand-computed cases."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from gpseq.corpora import read_conll
+from gpseq.errors import ConfigError, NumericalError
+from gpseq.evaluate import (
+    brier_score,
+    chunk_scores,
+    evaluate,
+    expected_calibration_error,
+    reliability_diagram,
+)
+
+
+# ---- a reference: conlleval's streaming chunk counter, written out from its definition ---------
+def _conlleval_split(label):
+    head, sep, tail = label.partition("-")
+    return (head, tail) if sep else (label, "")
+
+
+def _conlleval_end(prev, tag, prev_type, type_):
+    end = (prev, tag) in {("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"), ("E", "E"), ("E", "I"), ("E", "O")}
+    if prev not in ("O", ".") and prev_type != type_:
+        end = True
+    return end or prev in ("[", "]")
+
+
+def _conlleval_start(prev, tag, prev_type, type_):
+    start = (prev, tag) in {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
+    if tag not in ("O", ".") and prev_type != type_:
+        start = True
+    return start or tag in ("[", "]")
+
+
+def conlleval_counts(gold, predicted):
+    """(correct, found_gold, found_predicted) per type, by conlleval's token-by-token state machine."""
+    correct, found_gold, found_guessed = {}, {}, {}
+    stream = []
+    for g_sentence, p_sentence in zip(gold, predicted):
+        stream += list(zip(g_sentence, p_sentence)) + [("O", "O")]  # a sentence boundary acts as O
+    in_correct = False
+    last_c, last_ct, last_g, last_gt = "O", "", "O", ""
+    for g_label, p_label in stream:
+        c, ct = _conlleval_split(g_label)
+        g, gt = _conlleval_split(p_label)
+        if in_correct:
+            end_c = _conlleval_end(last_c, c, last_ct, ct)
+            end_g = _conlleval_end(last_g, g, last_gt, gt)
+            if end_c and end_g and last_gt == last_ct:
+                in_correct = False
+                correct[last_ct] = correct.get(last_ct, 0) + 1
+            elif end_c != end_g or gt != ct:
+                in_correct = False
+        start_c = _conlleval_start(last_c, c, last_ct, ct)
+        start_g = _conlleval_start(last_g, g, last_gt, gt)
+        if start_c and start_g and gt == ct:
+            in_correct = True
+        if start_c:
+            found_gold[ct] = found_gold.get(ct, 0) + 1
+        if start_g:
+            found_guessed[gt] = found_guessed.get(gt, 0) + 1
+        last_c, last_ct, last_g, last_gt = c, ct, g, gt
+    if in_correct:
+        correct[last_ct] = correct.get(last_ct, 0) + 1
+    return correct, found_gold, found_guessed
+
+
+def _prf(correct, gold, guessed):
+    p = correct / guessed if guessed else 0.0
+    r = correct / gold if gold else 0.0
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def _perturb(gold, labels, rate, seed):
+    rng = random.Random(seed)
+    return [[rng.choice(labels) if rng.random() < rate else label for label in sentence] for sentence in gold]
+
+
+@pytest.mark.parametrize("rate, seed", [(0.05, 1), (0.3, 2)])
+def test_chunk_f1_equals_seqeval_and_conlleval_on_conll2000(corpora_dir, rate, seed):
+    seqeval_metrics = pytest.importorskip("seqeval.metrics")
+    gold = [s.labels for s in read_conll(corpora_dir / "conll2000" / "test.txt")]
+    labels = sorted({label for sentence in gold for label in sentence})
+    predicted = _perturb(gold, labels, rate, seed)
+    report = evaluate(gold, predicted, scheme="iob2")
+    # seqeval, default (conlleval-compatible) mode
+    assert report.chunk_f1 == pytest.approx(seqeval_metrics.f1_score(gold, predicted), abs=1e-9)
+    assert report.chunk_precision == pytest.approx(seqeval_metrics.precision_score(gold, predicted), abs=1e-9)
+    assert report.chunk_recall == pytest.approx(seqeval_metrics.recall_score(gold, predicted), abs=1e-9)
+    table = seqeval_metrics.classification_report(gold, predicted, output_dict=True, digits=12)
+    # conlleval's streaming counts
+    correct, found_gold, found_guessed = conlleval_counts(gold, predicted)
+    p, r, f = _prf(sum(correct.values()), sum(found_gold.values()), sum(found_guessed.values()))
+    assert (report.chunk_precision, report.chunk_recall, report.chunk_f1) == pytest.approx((p, r, f), abs=1e-9)
+    assert report.n_correct_chunks == sum(correct.values()) and report.n_gold_chunks == sum(found_gold.values())
+    assert set(report.per_type) == set(found_gold) | set(found_guessed)
+    for kind, score in report.per_type.items():
+        expected = _prf(correct.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
+        assert (score.precision, score.recall, score.f1) == pytest.approx(expected, abs=1e-9)
+        if kind in table:
+            row = table[kind]
+            assert (score.precision, score.recall, score.f1) == pytest.approx(
+                (row["precision"], row["recall"], row["f1-score"]), abs=1e-9
+            )
+            assert score.n_gold == row["support"]
+    assert report.token_accuracy == pytest.approx(
+        np.mean([g == q for gs, qs in zip(gold, predicted) for g, q in zip(gs, qs)]), abs=1e-12
+    )
+
+
+def test_chunk_scores_on_ill_formed_predictions_match_conlleval():
+    rng = random.Random(5)
+    tags = ["O", "B-A", "I-A", "B-B", "I-B", "B", "I"]
+    gold = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(300)]
+    predicted = [[rng.choice(tags) for _ in sentence] for sentence in gold]
+    scores = chunk_scores(gold, predicted, "iob2")
+    correct, found_gold, found_guessed = conlleval_counts(gold, predicted)
+    assert (scores.overall.n_correct, scores.overall.n_gold, scores.overall.n_predicted) == (
+        sum(correct.values()), sum(found_gold.values()), sum(found_guessed.values())
+    )
+    for kind, score in scores.per_type.items():
+        assert (score.n_correct, score.n_gold, score.n_predicted) == (
+            correct.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0)
+        )
+
+
+def test_pos_labels_give_no_chunk_scores():
+    report = evaluate([["NN", "VBZ"]], [["NN", "NN"]], scheme="iob2")
+    assert report.chunk_f1 is None and report.per_type is None and "'NN'" in report.chunk_note
+    assert report.token_accuracy == 0.5 and report.token_error == 0.5
+    assert evaluate([["NN"]], [["NN"]], scheme="auto").chunk_f1 is None
+    assert evaluate([["B-NP", "I-NP"]], [["B-NP", "I-NP"]], scheme="auto").chunk_f1 == 1.0
+    assert evaluate([["B-NP"]], [["B-NP"]], scheme=None).chunk_f1 is None
+
+
+# ---- calibration, Brier, NLL: hand-computed cases --------------------------------------------
+def test_ece_hand_computed():
+    confidence = np.array([0.05, 0.25, 0.3, 0.6, 0.9, 0.95, 1.0])
+    correct = np.array([0, 1, 0, 1, 1, 0, 1], dtype=bool)
+    # 4 bins (0, .25], (.25, .5], (.5, .75], (.75, 1]: {.05, .25}, {.3}, {.6}, {.9, .95, 1.0}
+    expected = (2 / 7) * abs(0.5 - 0.15) + (1 / 7) * abs(0 - 0.3) + (1 / 7) * abs(1 - 0.6) + (3 / 7) * abs(2 / 3 - 0.95)
+    assert expected_calibration_error(confidence, correct, n_bins=4) == pytest.approx(expected, abs=1e-12)
+    # one bin: |accuracy - mean confidence|
+    assert expected_calibration_error(confidence, correct, n_bins=1) == pytest.approx(abs(4 / 7 - confidence.mean()))
+    assert expected_calibration_error(np.array([0.0]), np.array([False]), n_bins=15) == 0.0
+
+
+def test_brier_hand_computed_including_unseen_gold():
+    p = np.array([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0]])
+    # token 1: gold 0 → .3² + .2² + .1² = .14 ; token 2: gold outside → .25 + .25 + 0 + (0 − 1)² = 1.5
+    assert brier_score(p, np.array([0, -1])) == pytest.approx((0.14 + 1.5) / 2, abs=1e-12)
+
+
+def test_unseen_gold_labels_are_errors_with_clipped_nll():
+    labels = ["O", "B-NP", "I-NP"]
+    gold = [["B-NP", "I-NP", "O"], ["B-VP"]]  # B-VP never seen in training
+    predicted = [["B-NP", "I-NP", "O"], ["O"]]
+    probabilities = [
+        np.array([[0.1, 0.8, 0.1], [0.0, 0.25, 0.75], [0.6, 0.2, 0.2]]),
+        np.array([[0.9, 0.05, 0.05]]),
+    ]
+    report = evaluate(gold, predicted, labels=labels, probabilities=probabilities,
+                      sequence_log_probs=[math.log(0.2), -math.inf], n_bins=2, eps=1e-6)
+    assert report.token_accuracy == 0.75
+    assert report.n_unseen_gold_tokens == 1 and report.n_clipped_tokens == 1
+    nll = [-math.log(0.8), -math.log(0.75), -math.log(0.6), -math.log(1e-6)]
+    assert report.token_nll == pytest.approx(np.mean(nll), abs=1e-12)
+    # top-label confidence/correctness: .8 right, .75 right, .6 right, .9 wrong (gold B-VP unseen)
+    # bins (0, .5], (.5, 1]: all four in the upper bin: accuracy 3/4, confidence (.8+.75+.6+.9)/4
+    assert report.ece == pytest.approx(abs(0.75 - (0.8 + 0.75 + 0.6 + 0.9) / 4), abs=1e-12)
+    brier = [0.01 + 0.04 + 0.01, 0.0 + 0.0625 + 0.0625, 0.16 + 0.04 + 0.04, 0.81 + 0.0025 + 0.0025 + 1.0]
+    assert report.brier == pytest.approx(np.mean(brier), abs=1e-12)
+    assert report.n_clipped_sequences == 1
+    assert report.seq_nll == pytest.approx((-math.log(0.2) - math.log(1e-6)) / 2, abs=1e-12)
+    assert report.seq_nll_per_token == pytest.approx((-math.log(0.2) - math.log(1e-6)) / 4, abs=1e-12)
+    flat = report.to_dict()
+    json.dumps(flat)
+    assert flat["chunk_f1[NP]"] == 1.0 and flat["chunk_recall[VP]"] == 0.0 and flat["token_nll"] == report.token_nll
+    assert all(not isinstance(value, (dict, list)) for value in flat.values())
+
+
+def test_input_errors_are_gpseq_errors():
+    with pytest.raises(ConfigError, match="sentence 1: 2 gold labels but 1 predicted"):
+        evaluate([["O", "O"]], [["O"]])
+    with pytest.raises(ConfigError, match="need `labels`"):
+        evaluate([["O"]], [["O"]], probabilities=[np.ones((1, 1))])
+    with pytest.raises(ConfigError, match="shape"):
+        evaluate([["O"]], [["O"]], labels=["O"], probabilities=[np.ones((1, 2))])
+    with pytest.raises(NumericalError):
+        evaluate([["O"]], [["O"]], sequence_log_probs=[float("nan")])
+
+
+def test_reliability_diagram_png(tmp_path):
+    rng = np.random.default_rng(0)
+    confidence = rng.uniform(size=500)
+    path = reliability_diagram(confidence, rng.uniform(size=500) < confidence, tmp_path / "reliability.png", n_bins=10)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert [p.name for p in tmp_path.iterdir()] == ["reliability.png"]
