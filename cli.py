@@ -97,16 +97,16 @@ def _command(function):
         except typer.Exit:
             raise
         except GpseqError as error:
-            code = error.exit_code
-        except FileNotFoundError as error:  # an output directory that does not exist, etc.
-            error = InputFormatError(error.filename or "?", None, error.strerror or "no such file")
-            code = error.exit_code
+            failure = error
+        except FileNotFoundError as error:  # e.g. an output file in a directory that does not exist
+            failure = InputFormatError(error.filename or "?", None, error.strerror or "no such file")
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
         if verbose:
             typer.echo(traceback.format_exc(), err=True)
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {failure}", err=True)
+        code = failure.exit_code
         raise typer.Exit(code)
 
     return wrapper
@@ -316,6 +316,9 @@ def train(
     """Train a tagger on a labelled CoNLL-style corpus and save it to a model directory."""
     from rich.table import Table
 
+    for path in (train_corpus, dev, config):
+        if path is not None:
+            _require_file(path)
     if tag_scheme is not None:
         from gpseq.corpora import normalise_scheme
 
@@ -660,37 +663,35 @@ EVALUATE_EXAMPLES = """[b]Examples[/b]
 
 
 def _metrics_tables(metrics: dict):
-    """A table of the scalar metrics, and one of the per-type chunk scores when there are any."""
+    """A table of the overall metrics and, when there are `metric[TYPE]` keys, one of the per-type scores."""
     from rich.table import Table
 
-    scalars = Table(title="evaluation", show_header=True)
-    scalars.add_column("metric")
-    scalars.add_column("value", justify="right")
-    nested = {}
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4f}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value:,}"
+        return "-" if value is None else str(value)
+
+    overall = Table(title="evaluation")
+    overall.add_column("metric")
+    overall.add_column("value", justify="right")
+    per_type: dict[str, dict[str, object]] = {}
     for name, value in metrics.items():
-        if isinstance(value, bool) or value is None:
-            scalars.add_row(name, str(value))
-        elif isinstance(value, int):
-            scalars.add_row(name, f"{value:,}")
-        elif isinstance(value, float):
-            scalars.add_row(name, f"{value:.4f}")
-        elif isinstance(value, str):
-            scalars.add_row(name, value)
-        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            nested[name] = value
-    tables = [scalars]
-    for name, rows in nested.items():
-        columns = list(dict.fromkeys(key for row in rows.values() for key in row))
-        table = Table(title=name)
-        table.add_column("")
+        if name.endswith("]") and "[" in name:
+            metric, _, kind = name[:-1].partition("[")
+            per_type.setdefault(kind, {})[metric] = value
+        else:
+            overall.add_row(name, cell(value))
+    tables = [overall]
+    if per_type:
+        columns = list(dict.fromkeys(metric for row in per_type.values() for metric in row))
+        table = Table(title="per chunk type")
+        table.add_column("type")
         for column in columns:
             table.add_column(column, justify="right")
-        for row_name, row in rows.items():
-            cells = []
-            for column in columns:
-                value = row.get(column)
-                cells.append(f"{value:.4f}" if isinstance(value, float) else str(value))
-            table.add_row(row_name, *cells)
+        for kind, row in per_type.items():
+            table.add_row(kind or "(untyped)", *(cell(row.get(column)) for column in columns))
         tables.append(table)
     return tables
 
@@ -715,9 +716,7 @@ def evaluate(
     tagger = _load_tagger(model_dir)
     report = tagger.evaluate(sentences, samples=samples, mean=mean, n_bins=bins)
     if plot is not None:
-        from gpseq.evaluate import reliability_diagram
-
-        reliability_diagram(report, plot)
+        _plot_reliability(report, plot, bins)
     metrics = report.to_dict()
     if json_:
         typer.echo(json.dumps(metrics, indent=2, default=_json_default))
@@ -727,6 +726,30 @@ def evaluate(
         console.print(table)
     if plot is not None:
         console.print(f"reliability diagram → {plot}")
+
+
+def _plot_reliability(report, path: Path, bins: int) -> None:
+    """`gpseq.evaluate.reliability_diagram` from the report's per-bin counts (Tagger.evaluate keeps no per-token arrays).
+
+    Bin b's n_b tokens are given its mean confidence and round(n_b · accuracy_b) of them are
+    marked correct: the same bins, bars, token counts and ECE as the per-token arrays give.
+    """
+    import numpy as np
+
+    from gpseq.evaluate import reliability_diagram
+
+    calibration = report.calibration
+    if not calibration:
+        raise GpseqError("no calibration bins in the evaluation report: nothing to plot")
+    confidence, correct = [], []
+    for count, mean_confidence, accuracy in zip(calibration["counts"], calibration["confidence"],
+                                                calibration["accuracy"]):
+        if not count:
+            continue
+        n_correct = int(round(count * accuracy))
+        confidence.append(np.full(count, mean_confidence))
+        correct.append(np.arange(count) < n_correct)
+    reliability_diagram(np.concatenate(confidence), np.concatenate(correct), path, n_bins=bins)
 
 
 def _json_default(value):

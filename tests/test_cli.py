@@ -1,0 +1,468 @@
+"""The `gpseq` command line, in-process (typer's CliRunner) and as a subprocess.
+
+One tiny model is trained once per module on the bundled sample corpus and reused. Outputs are
+checked against independent computations: the library's `Tagger` called directly, seqeval's
+span extraction, a hand count of token accuracy, file sizes read from disk, spaCy's DocBin reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cli  # noqa: E402  (the top-level typer app, as `python cli.py` runs it)
+
+SAMPLE = ROOT / "corpora" / "sample"
+# A tiny, fast configuration: lexical features only (raw text has no POS column), few steps.
+TRAIN_OPTIONS = [
+    "--features", "ner", "--inducing", "8", "--max-steps", "12", "--seed", "3",
+    "--set", "training.batch_size=32", "--set", "predict_samples=4", "--set", "training.eval_every=6",
+]
+TEXT = "The committee approved the new budget on Tuesday. It will fund three small projects.\n\nA second paragraph follows here."
+
+runner = CliRunner()
+
+
+def invoke(*args, input=None):
+    return runner.invoke(cli.app, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def parse_conll_output(text: str) -> list[list[list[str]]]:
+    """Sentences of rows of tab-separated fields."""
+    sentences, current = [], []
+    for line in text.splitlines():
+        if line.strip():
+            current.append(line.split("\t"))
+        elif current:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+def read_first_columns(path: Path) -> list[list[str]]:
+    """Token column of a CoNLL file, read by hand (independent of gpseq.corpora)."""
+    sentences, current = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if current:
+                sentences.append(current)
+            current = []
+        else:
+            current.append(fields)
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+@pytest.fixture(scope="module")
+def sample() -> Path:
+    if not (SAMPLE / "train.conll").is_file():
+        pytest.skip("the bundled sample corpus (corpora/sample/train.conll) is not there yet")
+    return SAMPLE
+
+
+@pytest.fixture(scope="module")
+def trained(sample, tmp_path_factory):
+    """(model_dir, train CLI result): trained once for the whole module."""
+    base = tmp_path_factory.mktemp("cli")
+    model_dir = base / "model"
+    result = invoke("train", sample / "train.conll", "-o", model_dir, "--dev", sample / "dev.conll", *TRAIN_OPTIONS)
+    assert result.exit_code == 0, result.output + result.stderr
+    return model_dir, result
+
+
+@pytest.fixture(scope="module")
+def library_tagger(trained):
+    from gpseq.tagger import Tagger
+
+    return Tagger.load(trained[0])
+
+
+@pytest.fixture()
+def text_file(tmp_path) -> Path:
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def spacy_sentences(text: str) -> list[list[str]]:
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    out = []
+    for paragraph in text.split("\n\n"):
+        for sent in nlp(paragraph).sents:
+            tokens = [t.text for t in sent if not t.is_space]
+            if tokens:
+                out.append(tokens)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# train
+# ---------------------------------------------------------------------------------------------
+
+
+def test_train_writes_model_with_the_requested_configuration(trained):
+    model_dir, result = trained
+    meta = json.loads((model_dir / "tagger.json").read_text())
+    config = meta["config"]
+    assert config["features"]["preset"] == "ner"
+    assert config["model"]["num_inducing"] == 8
+    assert config["training"]["max_steps"] == 12
+    assert config["training"]["seed"] == 3
+    assert config["training"]["batch_size"] == 32  # from --set
+    assert config["predict_samples"] == 4  # from --set, a top-level key
+    assert meta["scores"]["steps"] == 12
+    assert (model_dir.with_name(model_dir.name + ".ckpt") / "checkpoint").is_dir()
+    assert "steps" in result.output and "12" in result.output  # the summary table
+    gold = {row[-1] for sentence in read_first_columns(SAMPLE / "train.conll") for row in sentence}
+    assert set(meta["labels"]) <= gold
+
+
+def test_train_resume_continues_from_the_checkpoint(sample, trained, tmp_path):
+    model_dir = tmp_path / "model"
+    ckpt = tmp_path / "ckpt"
+    options = [o if o != "12" else "6" for o in TRAIN_OPTIONS]  # --max-steps 6
+    first = invoke("train", sample / "train.conll", "-o", model_dir, "--checkpoint-dir", ckpt, *options)
+    assert first.exit_code == 0, first.stderr
+    assert json.loads((ckpt / "checkpoint" / "state.json").read_text())["step"] == 6
+    second = invoke("train", sample / "train.conll", "-o", model_dir, "--checkpoint-dir", ckpt, "--resume",
+                    *TRAIN_OPTIONS)
+    assert second.exit_code == 0, second.stderr
+    assert json.loads((model_dir / "tagger.json").read_text())["scores"]["steps"] == 12
+
+
+def test_set_parses_json_values_and_rejects_unknown_keys():
+    data = {"model": {"prior_variance": 1.0, "kernel": "linear"}, "training": {"max_steps": None}}
+    cli._apply_override(data, "model.prior_variance=2.5")
+    cli._apply_override(data, "model.kernel=linear+rbf")
+    cli._apply_override(data, "training.max_steps=null")
+    assert data == {"model": {"prior_variance": 2.5, "kernel": "linear+rbf"}, "training": {"max_steps": None}}
+    from gpseq.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no key 'prior_varianc'"):
+        cli._apply_override(data, "model.prior_varianc=2")
+    with pytest.raises(ConfigError, match="KEY.PATH=VALUE"):
+        cli._apply_override(data, "model.prior_variance")
+
+
+# ---------------------------------------------------------------------------------------------
+# tag
+# ---------------------------------------------------------------------------------------------
+
+
+def test_tag_raw_text_conll_matches_the_library(trained, library_tagger, text_file):
+    model_dir, _ = trained
+    result = invoke("tag", model_dir, text_file, "--mean")
+    assert result.exit_code == 0, result.stderr
+    sentences = parse_conll_output(result.stdout)
+    expected_tokens = spacy_sentences(TEXT)
+    assert [[row[0] for row in s] for s in sentences] == expected_tokens
+    direct = library_tagger.tag(expected_tokens, mean=True)
+    for rows, tagged in zip(sentences, direct):
+        assert [row[1] for row in rows] == tagged.labels
+        np.testing.assert_allclose([float(row[2]) for row in rows], tagged.confidences, rtol=1e-5, atol=1e-6)
+
+
+def test_tag_full_distribution_rows_sum_to_one(trained, library_tagger, text_file):
+    model_dir, _ = trained
+    result = invoke("tag", model_dir, text_file, "--mean", "--full-distribution")
+    assert result.exit_code == 0, result.stderr
+    labels = library_tagger.labels
+    for sentence in parse_conll_output(result.stdout):
+        for row in sentence:
+            assert len(row) == 3 + len(labels)
+            distribution = dict(field.rsplit("=", 1) for field in row[3:])
+            assert list(distribution) == labels
+            probabilities = {k: float(v) for k, v in distribution.items()}
+            assert math.isclose(sum(probabilities.values()), 1.0, abs_tol=1e-4)
+            assert math.isclose(probabilities[row[1]], float(row[2]), rel_tol=1e-5)
+
+
+def test_tag_conll_input_jsonl_spans_agree_with_seqeval(trained, library_tagger, sample):
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    model_dir, _ = trained
+    result = invoke("tag", model_dir, sample / "test.conll", "--input-format", "conll", "--format", "jsonl", "--mean")
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    gold = read_first_columns(sample / "test.conll")
+    assert [r["tokens"] for r in records] == [[row[0] for row in s] for s in gold]
+    chunky = all(label == "O" or label[:2] in ("B-", "I-") for label in library_tagger.labels)
+    # the library on the same sentences, with their extra columns (features may read them)
+    from gpseq.corpora.types import Sentence
+
+    direct = library_tagger.tag([Sentence([row[0] for row in s], columns=s) for s in gold], mean=True)
+    for record, tagged, rows in zip(records, direct, gold):
+        assert record["labels"] == tagged.labels
+        assert record["source"] == str(sample / "test.conll")
+        assert record["sequence_log_prob"] == pytest.approx(tagged.sequence_log_prob, rel=1e-5, abs=1e-5)
+        assert record["sequence_log_prob"] <= 1e-6
+        for t, distribution in enumerate(record["distributions"]):
+            assert sum(distribution.values()) == pytest.approx(1.0, abs=1e-4)
+            assert distribution[record["labels"][t]] == pytest.approx(record["confidences"][t], abs=2e-6)
+        if chunky:
+            expected = [(kind, start, end + 1) for kind, start, end in get_entities(record["labels"])]
+            assert [(k, s, e) for k, s, e, _ in record["spans"]] == expected
+            for _, start, end, probability in record["spans"]:
+                assert probability == pytest.approx(np.prod(record["confidences"][start:end]), rel=1e-4, abs=1e-6)
+    if chunky:
+        assert any(r["spans"] for r in records)
+
+
+def test_tag_stdin_and_batch_size_do_not_change_the_output(trained, text_file):
+    model_dir, _ = trained
+    from_file = invoke("tag", model_dir, text_file, "--mean", "--format", "jsonl", "--batch-size", "256")
+    from_stdin = invoke("tag", model_dir, "-", "--mean", "--format", "jsonl", "--batch-size", "1", input=TEXT)
+    assert from_file.exit_code == 0 and from_stdin.exit_code == 0, from_stdin.stderr
+    strip = lambda out: [{k: v for k, v in json.loads(l).items() if k != "source"} for l in out.splitlines()]  # noqa: E731
+    a, b = strip(from_file.stdout), strip(from_stdin.stdout)
+    assert len(a) == len(spacy_sentences(TEXT))
+    assert [r["labels"] for r in a] == [r["labels"] for r in b]
+    assert [r["line"] for r in a] == [1, 1, 3]
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x["confidences"], y["confidences"], rtol=1e-5, atol=1e-6)
+
+
+def test_tag_sampled_marginals_are_distributions(trained, text_file):
+    model_dir, _ = trained
+    result = invoke("tag", model_dir, text_file, "--samples", "3", "--format", "jsonl")
+    assert result.exit_code == 0, result.stderr
+    for line in result.stdout.splitlines():
+        record = json.loads(line)
+        for distribution in record["distributions"]:
+            assert sum(distribution.values()) == pytest.approx(1.0, abs=1e-4)
+            assert all(0.0 <= p <= 1.0 for p in distribution.values())
+
+
+def test_tag_spacy_docbin(trained, library_tagger, text_file, tmp_path):
+    import spacy
+    from spacy.tokens import DocBin
+
+    model_dir, _ = trained
+    out = tmp_path / "tagged.spacy"
+    result = invoke("tag", model_dir, text_file, "--mean", "--format", "spacy", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    docs = list(DocBin().from_disk(out).get_docs(spacy.blank("en").vocab))
+    expected = spacy_sentences(TEXT)
+    assert [[t.text for t in doc] for doc in docs] == expected
+    assert docs[0].text == "The committee approved the new budget on Tuesday."
+    direct = library_tagger.tag(expected, mean=True)
+    for doc, tagged in zip(docs, direct):
+        assert doc.user_data["gpseq"]["labels"] == tagged.labels
+        if "gpseq" in doc.spans:
+            from seqeval.metrics.sequence_labeling import get_entities
+
+            got = [(span.label_ if span.label_ != "CHUNK" else "", span.start, span.end) for span in doc.spans["gpseq"]]
+            assert got == [(k, s, e + 1) for k, s, e in get_entities(tagged.labels)]
+            assert len(doc.spans["gpseq"].attrs["scores"]) == len(got)
+        else:
+            assert [t.tag_ for t in doc] == tagged.labels
+
+
+def test_tag_spacy_needs_output(trained, text_file):
+    result = invoke("tag", trained[0], text_file, "--format", "spacy")
+    assert result.exit_code == 4
+    assert result.stderr.strip() == "error: --format spacy writes a binary DocBin: give -o FILE"
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate, info
+# ---------------------------------------------------------------------------------------------
+
+
+def test_evaluate_json_and_reliability_png(trained, sample, tmp_path):
+    model_dir, _ = trained
+    png = tmp_path / "reliability.png"
+    result = invoke("evaluate", model_dir, sample / "test.conll", "--json", "--mean", "--plot", png)
+    assert result.exit_code == 0, result.stderr
+    metrics = json.loads(result.stdout)
+    tagged = invoke("tag", model_dir, sample / "test.conll", "--input-format", "conll", "--mean")
+    predicted = [row[1] for s in parse_conll_output(tagged.stdout) for row in s]
+    gold = [row[-1] for s in read_first_columns(sample / "test.conll") for row in s]
+    assert metrics["n_tokens"] == len(gold)
+    assert metrics["token_accuracy"] == pytest.approx(np.mean([g == p for g, p in zip(gold, predicted)]), abs=1e-12)
+    assert 0.0 <= metrics["ece"] <= 1.0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = invoke("evaluate", model_dir, sample / "test.conll", "--mean")
+    assert table.exit_code == 0 and "token_accuracy" in table.stdout
+
+
+def test_info_json_reports_sizes_from_disk(trained, library_tagger):
+    model_dir, _ = trained
+    result = invoke("info", model_dir, "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["labels"] == library_tagger.labels
+    assert info["n_features"] == library_tagger.featurizer.n_features
+    on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(model_dir) for f in files)
+    assert info["bytes_on_disk"] == on_disk
+    with np.load(model_dir / "arrays.npz") as arrays:
+        assert info["n_parameters"] == sum(arrays[name].size for name in arrays.files)
+    assert info["format_version"] == json.loads((model_dir / "tagger.json").read_text())["format_version"]
+    assert info["training"]["max_steps"] == 12
+    table = invoke("info", model_dir)
+    assert table.exit_code == 0 and "arrays" in table.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus list | fetch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_corpus_list_json_and_table():
+    result = invoke("corpus", "list", "--json")
+    assert result.exit_code == 0
+    names = [entry["name"] for entry in json.loads(result.stdout)]
+    assert "conll2000" in names
+    table = invoke("corpus", "list")
+    assert "conll2000" in table.stdout
+
+
+def test_corpus_fetch_from_mirror_checks_sha256(corpora_dir, tmp_path):
+    import hashlib
+
+    from gpseq.corpora import get_corpus
+
+    result = invoke("corpus", "fetch", "crfpp-basenp", "--mirror", corpora_dir, "--dest", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    for spec in get_corpus("crfpp-basenp")["files"].values():
+        copied = tmp_path / spec["path"]
+        assert copied.read_bytes() == (corpora_dir / spec["path"]).read_bytes()
+        if spec["sha256"]:
+            assert hashlib.sha256(copied.read_bytes()).hexdigest() == spec["sha256"]
+    unknown = invoke("corpus", "fetch", "no-such-corpus", "--mirror", corpora_dir, "--dest", tmp_path)
+    assert unknown.exit_code == 4 and "unknown corpus" in unknown.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# user errors: one line on stderr, documented exit codes
+# ---------------------------------------------------------------------------------------------
+
+
+def one_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_missing_training_file_is_exit_2_naming_the_path(tmp_path):
+    missing = tmp_path / "nope.conll"
+    result = invoke("train", missing, "-o", tmp_path / "m")
+    assert result.exit_code == 2
+    assert str(missing) in one_line(result)
+
+
+def test_missing_model_directory_is_exit_2(tmp_path, text_file):
+    result = invoke("tag", tmp_path / "no-model", text_file)
+    assert result.exit_code == 2
+    assert "no-model" in one_line(result)
+
+
+def test_malformed_corpus_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.conll"
+    bad.write_text("The DT B-NP\ncat NN I-NP\nsat VBD\n\n", encoding="utf-8")
+    result = invoke("train", bad, "-o", tmp_path / "m", "--features", "ner")
+    assert result.exit_code == 2
+    assert f"{bad}:3:" in one_line(result)
+
+
+def test_bad_encoding_names_file_and_line(tmp_path):
+    bad = tmp_path / "latin.conll"
+    bad.write_bytes("a DT B-NP\n\nb NN B-NP\ncaf\xe9 NN I-NP\n".encode("latin-1"))
+    result = invoke("train", bad, "-o", tmp_path / "m", "--features", "ner")
+    assert result.exit_code == 2
+    assert f"{bad}:4:" in one_line(result)
+
+
+def test_newer_model_format_is_exit_3(trained, tmp_path, text_file):
+    copy = tmp_path / "future-model"
+    shutil.copytree(trained[0], copy)
+    meta = json.loads((copy / "tagger.json").read_text())
+    meta["format_version"] = meta["format_version"] + 1
+    (copy / "tagger.json").write_text(json.dumps(meta))
+    result = invoke("tag", copy, text_file)
+    assert result.exit_code == 3
+    assert "newer" in one_line(result)
+    assert invoke("info", copy).exit_code == 3
+
+
+def test_directory_without_tagger_json_is_exit_3(tmp_path, text_file):
+    (tmp_path / "empty").mkdir()
+    result = invoke("tag", tmp_path / "empty", text_file)
+    assert result.exit_code == 3
+    assert "tagger.json" in one_line(result)
+
+
+def test_unknown_preset_and_config_key_are_exit_4(tmp_path):
+    train = tmp_path / "t.conll"
+    train.write_text("The DT B-NP\ncat NN I-NP\n\n", encoding="utf-8")
+    result = invoke("train", train, "-o", tmp_path / "m", "--features", "no-such-preset")
+    assert result.exit_code == 4
+    assert "no-such-preset" in one_line(result)
+    result = invoke("train", train, "-o", tmp_path / "m", "--set", "model.no_such_key=1")
+    assert result.exit_code == 4
+    assert "no_such_key" in one_line(result)
+    result = invoke("train", train, "-o", tmp_path / "m", "--likelihood", "bogus")
+    assert result.exit_code == 4
+    assert "likelihood" in one_line(result)
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    result = invoke("train", tmp_path / "nope.conll", "-o", tmp_path / "m", "--verbose")
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# subprocess: `python cli.py` from the checkout and the installed `gpseq` console script
+# ---------------------------------------------------------------------------------------------
+
+
+def run(*args, input=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([str(a) for a in args], input=input, capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT)
+
+
+def test_python_cli_py_help_from_checkout():
+    result = run(sys.executable, "cli.py", "--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("train", "tag", "evaluate", "info", "corpus"):
+        assert command in result.stdout
+    assert "Exit codes" in result.stdout
+
+
+def test_console_script_tags_like_the_in_process_app(trained, text_file):
+    script = Path(sys.executable).with_name("gpseq")
+    if not script.exists():
+        pytest.skip("no gpseq console script beside this Python")
+    model_dir, _ = trained
+    result = run(script, "tag", model_dir, text_file, "--mean", "--format", "jsonl")
+    assert result.returncode == 0, result.stderr
+    in_process = invoke("tag", model_dir, text_file, "--mean", "--format", "jsonl")
+    a = [json.loads(line) for line in result.stdout.splitlines()]
+    b = [json.loads(line) for line in in_process.stdout.splitlines()]
+    assert [r["labels"] for r in a] == [r["labels"] for r in b]
+    missing = run(script, "tag", model_dir, text_file.with_name("missing.txt"))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [f"error: {text_file.with_name('missing.txt')}: no such file"]
