@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme, spans
 from gpseq.errors import ConfigError, NumericalError
 
@@ -154,13 +154,8 @@ def reliability_diagram(confidence: np.ndarray, correct: np.ndarray, path: str |
     bottom.set_xlabel("top-label confidence")
     bottom.set_ylabel("tokens")
     path = Path(path)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".png", delete=False)
-    handle.close()
-    try:
-        figure.savefig(handle.name, format="png", dpi=100)
-        os.replace(handle.name, path)
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
+    with atomic_target(path) as temp:
+        figure.savefig(temp, format="png", dpi=100)
     return path
 
 

@@ -8,12 +8,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import urllib.request
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.conll import read_conll
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, GpseqError
@@ -99,10 +99,7 @@ def fetch_corpus(
                 _check(target, expected, str(source))
                 continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False)
-        handle.close()
-        temp = Path(handle.name)
-        try:
+        with atomic_target(target) as temp:
             if mirror is not None:
                 shutil.copyfile(source, temp)
                 _check(temp, expected, str(source))
@@ -112,9 +109,6 @@ def fetch_corpus(
                 except OSError as err:  # URLError, HTTPError, timeouts, bad gzip
                     raise GpseqError(f"{spec['url']}: download failed ({err})") from None
                 _check(temp, expected, f"{spec['url']} (saved as {target})")
-            os.replace(temp, target)
-        finally:
-            temp.unlink(missing_ok=True)
     return folders.pop() if len(folders) == 1 else Path(os.path.commonpath([str(f) for f in folders]))
 
 

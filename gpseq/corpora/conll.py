@@ -11,12 +11,12 @@ import codecs
 import io
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Union
 
+from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.types import Sentence
 from gpseq.errors import InputFormatError
 
@@ -253,15 +253,9 @@ def write_conll(path_or_file, sentences: Iterable[Sentence], *, encoding: str = 
     path = Path(path_or_file)
     name = os.fspath(path)
     encoder = _encoder(encoding)
-    handle = tempfile.NamedTemporaryFile("wb", dir=path.parent or ".", prefix=f".{path.name}.", delete=False)
-    try:
-        with handle:
-            for number, chunk in enumerate(_format(sentences, name, separator), start=1):
-                handle.write(_encode(encoder, chunk, encoding, name, number))
-        os.replace(handle.name, path)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
+    with atomic_target(path) as temp, open(temp, "wb") as handle:
+        for number, chunk in enumerate(_format(sentences, name, separator), start=1):
+            handle.write(_encode(encoder, chunk, encoding, name, number))
 
 
 def _encoder(encoding: str):
