@@ -54,7 +54,9 @@ class ChunkScores:
     per_type: dict[str, ChunkScore]
 
 
-def chunk_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: str = "iob2") -> ChunkScores:
+def chunk_scores(
+    gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: str = "iob2"
+) -> ChunkScores:
     """conlleval chunk precision/recall/F1: a chunk is correct when type, start and end all match.
 
     gold, predicted: [S][T_s] labels. Sentence boundaries end chunks. Per-type keys are chunk
@@ -88,7 +90,9 @@ def calibration_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 
         raise ConfigError("confidence and correct must be 1-D arrays of the same length")
     if n_bins < 1:
         raise ConfigError(f"n_bins must be >= 1, got {n_bins}")
-    if confidence.size and (np.nanmin(confidence) < 0 or np.nanmax(confidence) > 1 + 1e-9 or np.isnan(confidence).any()):
+    if confidence.size and (
+        np.nanmin(confidence) < 0 or np.nanmax(confidence) > 1 + 1e-9 or np.isnan(confidence).any()
+    ):
         raise NumericalError("confidences must lie in [0, 1]")
     index = np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
     counts = np.bincount(index, minlength=n_bins).astype(np.float64)
@@ -99,7 +103,7 @@ def calibration_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 
 
 
 def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
-    """ECE = Σ_b (n_b / N) |accuracy_b − mean confidence_b| over equal-width bins. confidence, correct: [N]."""
+    """ECE = Σ_b (n_b / N) |accuracy_b − mean confidence_b|, equal-width bins. confidence, correct: [N]."""
     counts, mean_confidence, accuracy = calibration_bins(confidence, correct, n_bins)
     total = counts.sum()
     if total == 0:
@@ -125,8 +129,13 @@ def brier_score(probabilities: np.ndarray, gold_index: np.ndarray) -> float:
     return float(np.mean(np.sum(probabilities**2, axis=1) - 2.0 * p_gold + 1.0))
 
 
-def reliability_diagram(confidence: np.ndarray, correct: np.ndarray, path: str | os.PathLike, n_bins: int = 15,
-                        title: str | None = None) -> Path:
+def reliability_diagram(
+    confidence: np.ndarray,
+    correct: np.ndarray,
+    path: str | os.PathLike,
+    n_bins: int = 15,
+    title: str | None = None,
+) -> Path:
     """Write a reliability diagram PNG (accuracy per confidence bin against the diagonal, token histogram).
 
     confidence, correct: [N]. Written atomically; returns the path.
@@ -140,9 +149,19 @@ def reliability_diagram(confidence: np.ndarray, correct: np.ndarray, path: str |
     figure = Figure(figsize=(5, 6), layout="constrained")
     top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 1])
     filled = counts > 0
-    top.bar(edges[:-1][filled], accuracy[filled], width=width, align="edge", edgecolor="black", label="accuracy")
-    top.bar(edges[:-1][filled], (mean_confidence - accuracy)[filled], bottom=accuracy[filled], width=width,
-            align="edge", color="tab:red", alpha=0.3, label="gap to confidence")
+    top.bar(
+        edges[:-1][filled], accuracy[filled], width=width, align="edge", edgecolor="black", label="accuracy"
+    )
+    top.bar(
+        edges[:-1][filled],
+        (mean_confidence - accuracy)[filled],
+        bottom=accuracy[filled],
+        width=width,
+        align="edge",
+        color="tab:red",
+        alpha=0.3,
+        label="gap to confidence",
+    )
     top.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
     top.set_ylabel("accuracy")
     top.set_xlim(0, 1)
@@ -190,11 +209,7 @@ class EvaluationReport:
 
     def to_dict(self) -> dict:
         """Flat JSON-able dict; per-type scores as `chunk_f1[TYPE]`, `chunk_precision[TYPE]` …"""
-        out = {
-            key: value
-            for key, value in self.__dict__.items()
-            if key not in ("per_type", "calibration")
-        }
+        out = {key: value for key, value in self.__dict__.items() if key not in ("per_type", "calibration")}
         for key, value in out.items():
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = None
@@ -211,8 +226,13 @@ class EvaluationReport:
         """A plain-text table of per-type chunk scores (conlleval's layout, percentages)."""
         if self.per_type is None:
             return f"no chunk scores: {self.chunk_note}"
-        lines = [f"{'type':<12} {'precision':>9} {'recall':>9} {'F1':>9} {'gold':>7} {'pred':>7} {'correct':>7}"]
-        rows = [*self.per_type.items(), ("overall", ChunkScore(self.n_gold_chunks, self.n_predicted_chunks, self.n_correct_chunks))]
+        lines = [
+            f"{'type':<12} {'precision':>9} {'recall':>9} {'F1':>9} {'gold':>7} {'pred':>7} {'correct':>7}"
+        ]
+        rows = [
+            *self.per_type.items(),
+            ("overall", ChunkScore(self.n_gold_chunks, self.n_predicted_chunks, self.n_correct_chunks)),
+        ]
         for kind, s in rows:
             lines.append(
                 f"{kind or '(none)':<12} {100 * s.precision:>9.2f} {100 * s.recall:>9.2f} {100 * s.f1:>9.2f} "
@@ -254,7 +274,9 @@ def evaluate(
     gold_flat = [label for sentence in gold for label in sentence]
     predicted_flat = [label for sentence in predicted for label in sentence]
     n_tokens = len(gold_flat)
-    accuracy = float(np.mean([g == p for g, p in zip(gold_flat, predicted_flat)])) if n_tokens else float("nan")
+    accuracy = (
+        float(np.mean([g == p for g, p in zip(gold_flat, predicted_flat)])) if n_tokens else float("nan")
+    )
     report = EvaluationReport(len(gold), n_tokens, accuracy, 1.0 - accuracy, n_bins=n_bins, eps=eps)
 
     if scheme is not None and str(scheme).lower() == "auto":
@@ -274,8 +296,14 @@ def evaluate(
             report.n_correct_chunks = scores.overall.n_correct
             report.per_type = scores.per_type
         else:
-            odd = sorted(label for label in set(gold_flat) | set(predicted_flat) if not is_chunk_labelling([label], scheme))
-            report.chunk_note = f"labels such as {odd[0]!r} are not {scheme} chunk labels: chunk scores omitted"
+            odd = sorted(
+                label
+                for label in set(gold_flat) | set(predicted_flat)
+                if not is_chunk_labelling([label], scheme)
+            )
+            report.chunk_note = (
+                f"labels such as {odd[0]!r} are not {scheme} chunk labels: chunk scores omitted"
+            )
 
     gold_index = None
     if labels is not None:
@@ -291,13 +319,21 @@ def evaluate(
         for number, (array, sentence) in enumerate(zip(probabilities, gold), start=1):
             shape = np.shape(array)
             if shape != (len(sentence), len(labels)):
-                raise ConfigError(f"sentence {number}: probabilities of shape {shape}, expected {(len(sentence), len(labels))}")
-        flat = (np.concatenate([np.asarray(a, dtype=np.float64) for a in probabilities], axis=0)
-                if n_tokens else np.zeros((0, len(labels))))
+                raise ConfigError(
+                    f"sentence {number}: probabilities of shape {shape}, "
+                    f"expected {(len(sentence), len(labels))}"
+                )
+        flat = (
+            np.concatenate([np.asarray(a, dtype=np.float64) for a in probabilities], axis=0)
+            if n_tokens
+            else np.zeros((0, len(labels)))
+        )
         if not np.all(np.isfinite(flat)) or (flat.size and flat.min() < 0):
             raise NumericalError("probabilities must be finite and non-negative")
         rows = np.arange(n_tokens)
-        p_gold = np.where(gold_index >= 0, flat[rows, np.maximum(gold_index, 0)], 0.0) if n_tokens else np.zeros(0)
+        p_gold = (
+            np.where(gold_index >= 0, flat[rows, np.maximum(gold_index, 0)], 0.0) if n_tokens else np.zeros(0)
+        )
         clipped = p_gold < eps
         report.n_clipped_tokens = int(clipped.sum())
         report.token_nll = float(np.mean(-np.log(np.maximum(p_gold, eps)))) if n_tokens else float("nan")
@@ -316,7 +352,9 @@ def evaluate(
     if sequence_log_probs is not None:
         log_probs = np.asarray(sequence_log_probs, dtype=np.float64)
         if log_probs.shape != (len(gold),):
-            raise ConfigError(f"{log_probs.shape[0] if log_probs.ndim else 1} sequence log-probabilities for {len(gold)} sentences")
+            raise ConfigError(
+                f"{log_probs.size} sequence log-probabilities for {len(gold)} sentences"
+            )
         if np.isnan(log_probs).any() or (log_probs > 1e-6).any():
             raise NumericalError("sequence log-probabilities must be <= 0 and not NaN")
         floor = math.log(eps)

@@ -54,24 +54,35 @@ def test_shared_corpora_counts(corpora_dir, folder, name, encoding, n_sentences,
     # independently: every non-blank raw line is a token, and its last field is its label
     raw_lines = [line for line in path.read_bytes().split(b"\n") if line.strip(b" \t")]
     assert len(raw_lines) == n_tokens
-    raw_labels = Counter(line.rstrip(b" \t").replace(b"\t", b" ").split(b" ")[-1].decode(encoding) for line in raw_lines)
+    raw_labels = Counter(
+        line.rstrip(b" \t").replace(b"\t", b" ").split(b" ")[-1].decode(encoding) for line in raw_lines
+    )
     assert Counter(label for s in sentences for label in s.labels) == raw_labels
     assert all(s.source == str(path) and s.line >= 1 for s in sentences)
 
 
 @pytest.mark.parametrize(
     "folder, only_in_test",
-    [("conll2000", {"I-LST"}), ("crfpp/chunking", {"B-CONJP", "B-INTJ", "I-CONJP"}), ("crfpp/JapaneseNE", {"B-TIME"})],
+    [
+        ("conll2000", {"I-LST"}),
+        ("crfpp/chunking", {"B-CONJP", "B-INTJ", "I-CONJP"}),
+        ("crfpp/JapaneseNE", {"B-TIME"}),
+    ],
 )
 def test_labels_only_in_test(corpora_dir, folder, only_in_test):
     suffix = ".txt" if folder == "conll2000" else ".data"
     encoding = "euc-jp" if "Japanese" in folder else "utf-8"
-    train, test = (read_conll(corpora_dir / folder / f"{split}{suffix}", encoding=encoding) for split in ("train", "test"))
+    train, test = (
+        read_conll(corpora_dir / folder / f"{split}{suffix}", encoding=encoding)
+        for split in ("train", "test")
+    )
     labels = [{label for s in part for label in s.labels} for part in (train, test)]
     assert labels[1] - labels[0] == only_in_test
 
 
-@pytest.mark.parametrize("folder, encoding, separator", [("crfpp/seg", "utf-8", "\t"), ("crfpp/JapaneseNE", "euc-jp", " ")])
+@pytest.mark.parametrize(
+    "folder, encoding, separator", [("crfpp/seg", "utf-8", "\t"), ("crfpp/JapaneseNE", "euc-jp", " ")]
+)
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_first_last_and_ideographic_space_tokens_survive(corpora_dir, folder, encoding, separator, split):
     path = corpora_dir / folder / f"{split}.data"
@@ -126,7 +137,12 @@ def test_streams_and_iterables(tmp_path):
     from_text = read_conll(io.StringIO(text), name="<stdin>")
     from_bytes = read_conll(io.BytesIO(text.encode("utf-8")))
     from_lines = read_conll(text.splitlines(keepends=True), name="lines")
-    assert [s.tokens for s in from_text] == [s.tokens for s in from_bytes] == [s.tokens for s in from_lines] == [["a", "b"], ["c"]]
+    assert (
+        [s.tokens for s in from_text]
+        == [s.tokens for s in from_bytes]
+        == [s.tokens for s in from_lines]
+        == [["a", "b"], ["c"]]
+    )
     assert from_text[0].source == "<stdin>"
     with pytest.raises(InputFormatError, match=r"^<stdin>:2: 3 column"):
         read_conll(io.StringIO("a B\nb X I\n"), name="<stdin>")
@@ -155,26 +171,36 @@ def test_malformed_files_name_file_and_line(tmp_path, content, kwargs, message):
 
 
 def test_latin1_and_euc_jp_and_utf16(tmp_path):
-    assert read_conll(_write(tmp_path, "Espa\u00f1a B-LOC\n".encode("latin-1")), encoding="latin-1")[0].tokens == ["Espa\u00f1a"]
-    assert read_conll(_write(tmp_path, "\u3000 S O\n\u65e5 K B\n".encode("euc-jp")), encoding="euc-jp")[0].tokens == ["\u3000", "\u65e5"]
+    assert read_conll(_write(tmp_path, "Espa\u00f1a B-LOC\n".encode("latin-1")), encoding="latin-1")[
+        0
+    ].tokens == ["Espa\u00f1a"]
+    assert read_conll(_write(tmp_path, "\u3000 S O\n\u65e5 K B\n".encode("euc-jp")), encoding="euc-jp")[
+        0
+    ].tokens == ["\u3000", "\u65e5"]
     utf16 = read_conll(_write(tmp_path, "\u65e5 B\n\nx I\n".encode("utf-16")), encoding="utf-16")
     assert [s.tokens for s in utf16] == [["\u65e5"], ["x"]]
 
 
 def test_writer_refuses_what_would_not_read_back(tmp_path):
-    for bad in ([Sentence(["a b"], ["O"])], [Sentence([], [])], [Sentence(["-DOCSTART-"], ["O"])],
-                [Sentence(["a"], ["O"]), Sentence(["b"], None)]):
+    for bad in (
+        [Sentence(["a b"], ["O"])],
+        [Sentence([], [])],
+        [Sentence(["-DOCSTART-"], ["O"])],
+        [Sentence(["a"], ["O"]), Sentence(["b"], None)],
+    ):
         with pytest.raises(InputFormatError):
             write_conll(tmp_path / "out.txt", bad)
     assert not (tmp_path / "out.txt").exists()  # atomic: nothing left behind
     assert not list(tmp_path.iterdir())
     with pytest.raises(InputFormatError, match="cannot be encoded as euc-jp"):
-        write_conll(tmp_path / "out.txt", [Sentence(["\U0001F600"], ["O"])], encoding="euc-jp")
+        write_conll(tmp_path / "out.txt", [Sentence(["\U0001f600"], ["O"])], encoding="euc-jp")
 
 
 # characters for property tests: ASCII, accented, CJK, the ideographic space, and '#'/'-'
 _FIELD = st.text(
-    alphabet=st.sampled_from(list("abcXYZ019#-_.,é\u00df\u65e5\u672c\u3000\u00a0\u2028")), min_size=1, max_size=6
+    alphabet=st.sampled_from(list("abcXYZ019#-_.,é\u00df\u65e5\u672c\u3000\u00a0\u2028")),
+    min_size=1,
+    max_size=6,
 ).filter(lambda text: text != "-DOCSTART-")
 
 
@@ -182,7 +208,11 @@ _FIELD = st.text(
 def corpora(draw):
     width = draw(st.integers(1, 4))
     sentences = draw(
-        st.lists(st.lists(st.lists(_FIELD, min_size=width, max_size=width), min_size=1, max_size=6), min_size=1, max_size=5)
+        st.lists(
+            st.lists(st.lists(_FIELD, min_size=width, max_size=width), min_size=1, max_size=6),
+            min_size=1,
+            max_size=5,
+        )
     )
     return width, sentences
 
@@ -198,7 +228,9 @@ def test_write_read_round_trip(tmp_path, case, separator, encoding):
     path = tmp_path / "round.txt"
     write_conll(path, sentences, encoding=encoding, separator=separator)
     back = read_conll(path, encoding=encoding, label_column=label_column)
-    assert [(s.tokens, s.labels, s.columns) for s in back] == [(s.tokens, s.labels, s.columns) for s in sentences]
+    assert [(s.tokens, s.labels, s.columns) for s in back] == [
+        (s.tokens, s.labels, s.columns) for s in sentences
+    ]
     buffer = io.BytesIO()
     write_conll(buffer, sentences, encoding=encoding, separator=separator)
     assert buffer.getvalue() == path.read_bytes()
@@ -217,7 +249,12 @@ def test_shared_files_round_trip_bytes(corpora_dir, tmp_path):
     for folder, encoding in (("crfpp/JapaneseNE", "euc-jp"), ("crfpp/seg", "utf-8")):
         source = corpora_dir / folder / "train.data"
         separator = "\t" if folder.endswith("seg") else " "
-        write_conll(tmp_path / "copy.data", read_conll(source, encoding=encoding), encoding=encoding, separator=separator)
+        write_conll(
+            tmp_path / "copy.data",
+            read_conll(source, encoding=encoding),
+            encoding=encoding,
+            separator=separator,
+        )
         # identical bytes up to the final blank line (seg's train.data has none)
         assert (tmp_path / "copy.data").read_bytes().rstrip(b"\n") == source.read_bytes().rstrip(b"\n")
 
@@ -297,10 +334,26 @@ def test_train_dev_split():
 # ---- catalogue -------------------------------------------------------------------------------
 def test_catalogue_entries_are_complete():
     entries = {entry["name"]: entry for entry in list_corpora()}
-    assert set(entries) == {"conll2000", "conll2002-es", "conll2002-nl", "crfpp-basenp", "crfpp-chunking",
-                            "crfpp-seg", "crfpp-japanesene"}
+    assert set(entries) == {
+        "conll2000",
+        "conll2002-es",
+        "conll2002-nl",
+        "crfpp-basenp",
+        "crfpp-chunking",
+        "crfpp-seg",
+        "crfpp-japanesene",
+    }
     for entry in entries.values():
-        for key in ("description", "task", "columns", "token_column", "label_column", "encoding", "tag_scheme", "licence"):
+        for key in (
+            "description",
+            "task",
+            "columns",
+            "token_column",
+            "label_column",
+            "encoding",
+            "tag_scheme",
+            "licence",
+        ):
             assert entry[key] is not None, (entry["name"], key)
         for spec in entry["files"].values():
             assert spec["url"].startswith("https://")

@@ -34,7 +34,15 @@ def _conlleval_end(prev, tag, prev_type, type_):
 
 
 def _conlleval_start(prev, tag, prev_type, type_):
-    start = (prev, tag) in {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
+    start = (prev, tag) in {
+        ("B", "B"),
+        ("I", "B"),
+        ("O", "B"),
+        ("O", "I"),
+        ("E", "E"),
+        ("E", "I"),
+        ("O", "E"),
+    }
     if tag not in ("O", ".") and prev_type != type_:
         start = True
     return start or tag in ("[", "]")
@@ -99,8 +107,12 @@ def test_chunk_f1_equals_seqeval_and_conlleval_on_conll2000(corpora_dir, rate, s
     # conlleval's streaming counts
     correct, found_gold, found_guessed = conlleval_counts(gold, predicted)
     p, r, f = _prf(sum(correct.values()), sum(found_gold.values()), sum(found_guessed.values()))
-    assert (report.chunk_precision, report.chunk_recall, report.chunk_f1) == pytest.approx((p, r, f), abs=1e-9)
-    assert report.n_correct_chunks == sum(correct.values()) and report.n_gold_chunks == sum(found_gold.values())
+    assert (report.chunk_precision, report.chunk_recall, report.chunk_f1) == pytest.approx(
+        (p, r, f), abs=1e-9
+    )
+    assert report.n_correct_chunks == sum(correct.values()) and report.n_gold_chunks == sum(
+        found_gold.values()
+    )
     assert set(report.per_type) == set(found_gold) | set(found_guessed)
     for kind, score in report.per_type.items():
         expected = _prf(correct.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0))
@@ -124,11 +136,15 @@ def test_chunk_scores_on_ill_formed_predictions_match_conlleval():
     scores = chunk_scores(gold, predicted, "iob2")
     correct, found_gold, found_guessed = conlleval_counts(gold, predicted)
     assert (scores.overall.n_correct, scores.overall.n_gold, scores.overall.n_predicted) == (
-        sum(correct.values()), sum(found_gold.values()), sum(found_guessed.values())
+        sum(correct.values()),
+        sum(found_gold.values()),
+        sum(found_guessed.values()),
     )
     for kind, score in scores.per_type.items():
         assert (score.n_correct, score.n_gold, score.n_predicted) == (
-            correct.get(kind, 0), found_gold.get(kind, 0), found_guessed.get(kind, 0)
+            correct.get(kind, 0),
+            found_gold.get(kind, 0),
+            found_guessed.get(kind, 0),
         )
 
 
@@ -146,10 +162,17 @@ def test_ece_hand_computed():
     confidence = np.array([0.05, 0.25, 0.3, 0.6, 0.9, 0.95, 1.0])
     correct = np.array([0, 1, 0, 1, 1, 0, 1], dtype=bool)
     # 4 bins (0, .25], (.25, .5], (.5, .75], (.75, 1]: {.05, .25}, {.3}, {.6}, {.9, .95, 1.0}
-    expected = (2 / 7) * abs(0.5 - 0.15) + (1 / 7) * abs(0 - 0.3) + (1 / 7) * abs(1 - 0.6) + (3 / 7) * abs(2 / 3 - 0.95)
+    expected = (
+        (2 / 7) * abs(0.5 - 0.15)
+        + (1 / 7) * abs(0 - 0.3)
+        + (1 / 7) * abs(1 - 0.6)
+        + (3 / 7) * abs(2 / 3 - 0.95)
+    )
     assert expected_calibration_error(confidence, correct, n_bins=4) == pytest.approx(expected, abs=1e-12)
     # one bin: |accuracy - mean confidence|
-    assert expected_calibration_error(confidence, correct, n_bins=1) == pytest.approx(abs(4 / 7 - confidence.mean()))
+    assert expected_calibration_error(confidence, correct, n_bins=1) == pytest.approx(
+        abs(4 / 7 - confidence.mean())
+    )
     assert expected_calibration_error(np.array([0.0]), np.array([False]), n_bins=15) == 0.0
 
 
@@ -167,8 +190,15 @@ def test_unseen_gold_labels_are_errors_with_clipped_nll():
         np.array([[0.1, 0.8, 0.1], [0.0, 0.25, 0.75], [0.6, 0.2, 0.2]]),
         np.array([[0.9, 0.05, 0.05]]),
     ]
-    report = evaluate(gold, predicted, labels=labels, probabilities=probabilities,
-                      sequence_log_probs=[math.log(0.2), -math.inf], n_bins=2, eps=1e-6)
+    report = evaluate(
+        gold,
+        predicted,
+        labels=labels,
+        probabilities=probabilities,
+        sequence_log_probs=[math.log(0.2), -math.inf],
+        n_bins=2,
+        eps=1e-6,
+    )
     assert report.token_accuracy == 0.75
     assert report.n_unseen_gold_tokens == 1 and report.n_clipped_tokens == 1
     nll = [-math.log(0.8), -math.log(0.75), -math.log(0.6), -math.log(1e-6)]
@@ -183,7 +213,11 @@ def test_unseen_gold_labels_are_errors_with_clipped_nll():
     assert report.seq_nll_per_token == pytest.approx((-math.log(0.2) - math.log(1e-6)) / 4, abs=1e-12)
     flat = report.to_dict()
     json.dumps(flat)
-    assert flat["chunk_f1[NP]"] == 1.0 and flat["chunk_recall[VP]"] == 0.0 and flat["token_nll"] == report.token_nll
+    assert (
+        flat["chunk_f1[NP]"] == 1.0
+        and flat["chunk_recall[VP]"] == 0.0
+        and flat["token_nll"] == report.token_nll
+    )
     assert all(not isinstance(value, (dict, list)) for value in flat.values())
 
 
@@ -201,7 +235,9 @@ def test_input_errors_are_gpseq_errors():
 def test_reliability_diagram_png(tmp_path):
     rng = np.random.default_rng(0)
     confidence = rng.uniform(size=500)
-    path = reliability_diagram(confidence, rng.uniform(size=500) < confidence, tmp_path / "reliability.png", n_bins=10)
+    path = reliability_diagram(
+        confidence, rng.uniform(size=500) < confidence, tmp_path / "reliability.png", n_bins=10
+    )
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert [p.name for p in tmp_path.iterdir()] == ["reliability.png"]

@@ -18,7 +18,12 @@ from gpseq.corpora import (
 )
 from gpseq.errors import ConfigError
 
-TYPES = ["NP", "VP", "B-X", ""]  # a type may itself contain '-' (conlleval splits at the first one); "" = bare tags
+TYPES = [
+    "NP",
+    "VP",
+    "B-X",
+    "",
+]  # a type may itself contain '-' (conlleval splits at the first one); "" = bare tags
 
 
 def _label(prefix, kind):
@@ -28,7 +33,9 @@ def _label(prefix, kind):
 @st.composite
 def chunkings(draw):
     """A sentence as a list of segments: None (an O token) or (type, length); plus its chunks."""
-    segments = draw(st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(TYPES), st.integers(1, 4))), max_size=12))
+    segments = draw(
+        st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(TYPES), st.integers(1, 4))), max_size=12)
+    )
     chunks, position = [], 0
     for segment in segments:
         if segment is None:
@@ -80,7 +87,9 @@ def _seqeval_spans(labels):
     from seqeval.metrics.sequence_labeling import get_entities
 
     # seqeval names a bare tag's type "_" and gives inclusive ends
-    return sorted(("" if kind == "_" else kind, start, end + 1) for kind, start, end in get_entities(list(labels)))
+    return sorted(
+        ("" if kind == "_" else kind, start, end + 1) for kind, start, end in get_entities(list(labels))
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,7 +101,11 @@ def test_spans_of_arbitrary_iob_sequences_equal_seqeval(labels):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["O", "B-NP", "I-NP", "E-NP", "S-NP", "B-VP", "I-VP", "E-VP", "S-VP"]), max_size=15))
+@given(
+    st.lists(
+        st.sampled_from(["O", "B-NP", "I-NP", "E-NP", "S-NP", "B-VP", "I-VP", "E-VP", "S-VP"]), max_size=15
+    )
+)
 def test_spans_of_arbitrary_bioes_sequences_equal_seqeval(labels):
     pytest.importorskip("seqeval")
     assert sorted(spans(labels, "bioes")) == _seqeval_spans(labels)
@@ -117,14 +130,21 @@ def test_conlleval_boundaries_hand_worked(labels, expected):
 
 
 def test_bioes_hand_worked():
-    assert spans(["S-A", "S-A", "B-A", "E-A", "E-A"], "bioes") == [("A", 0, 1), ("A", 1, 2), ("A", 2, 4), ("A", 4, 5)]
+    assert spans(["S-A", "S-A", "B-A", "E-A", "E-A"], "bioes") == [
+        ("A", 0, 1),
+        ("A", 1, 2),
+        ("A", 2, 4),
+        ("A", 4, 5),
+    ]
     assert spans_to_tags(5, [("A", 0, 1), ("A", 1, 3)], "bioes") == ["S-A", "B-A", "E-A", "O", "O"]
     assert spans_to_tags(4, [("A", 0, 1), ("A", 1, 3)], "iob1") == ["I-A", "B-A", "I-A", "O"]
 
 
 def test_labels_that_are_not_chunk_tags():
     assert split_label("NN") is None and split_label("-LRB-") is None and split_label("B-") is None
-    assert split_label("O") == ("O", "") and split_label("B") == ("B", "") and split_label("I-NP") == ("I", "NP")
+    assert (
+        split_label("O") == ("O", "") and split_label("B") == ("B", "") and split_label("I-NP") == ("I", "NP")
+    )
     assert not is_chunk_labelling(["NN", "VB"], "iob2")
     assert not is_chunk_label("E-NP", "iob2") and is_chunk_label("E-NP", "bioes")
     with pytest.raises(ConfigError, match="'NN' at position 1"):

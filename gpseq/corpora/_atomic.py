@@ -10,7 +10,7 @@ from pathlib import Path
 
 @contextmanager
 def atomic_target(path: str | os.PathLike):
-    """Yield a temp path beside `path` (created empty, mode 0o666 & ~umask); os.replace it onto `path` on success."""
+    """Yield an empty temp file beside `path` (mode 0o666 & ~umask); os.replace it onto `path` on success."""
     path = Path(path)
     while True:
         temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")

@@ -1,4 +1,4 @@
-"""The catalogue of public corpora (catalogue.json): list, fetch (download or offline mirror), locate, load."""
+"""The catalogue of public corpora (catalogue.json): list, fetch (download or mirror), locate, load."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def fetch_corpus(
     force: bool = False,
     verify: bool = True,
 ) -> Path:
-    """Put a catalogue corpus under `dest_dir` (mirror layout, e.g. dest/conll2000/train.txt); return its folder.
+    """Put a catalogue corpus under `dest_dir` in mirror layout (dest/conll2000/train.txt); return its folder.
 
     With `mirror` (a directory laid out like ../shared/corpora) files are copied from it, no
     network; otherwise downloaded from the official URLs (gzip is decompressed). Each file's
@@ -123,11 +123,13 @@ def corpora_root(root: str | os.PathLike | None = None) -> Path:
     default = checkout.parent / "shared" / "corpora"
     if default.is_dir():
         return default
-    raise ConfigError("no corpora directory: set GPSEQ_CORPORA (e.g. after `gpseq corpus fetch NAME --dest DIR`)")
+    raise ConfigError(
+        "no corpora directory: set GPSEQ_CORPORA (e.g. after `gpseq corpus fetch NAME --dest DIR`)"
+    )
 
 
 def corpus_path(name: str, split: str, *, root: str | os.PathLike | None = None) -> Path:
-    """Path of one file (`split`: train, test, testa, template …) of a catalogue corpus under the corpora root."""
+    """Path of one file (`split`: train, test, testa, template …) of a catalogue corpus."""
     entry = get_corpus(name)
     if split not in entry["files"]:
         raise ConfigError(f"corpus {entry['name']} has no {split!r}; it has {', '.join(entry['files'])}")

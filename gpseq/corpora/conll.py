@@ -68,7 +68,7 @@ def numbered_lines(source: Source, encoding: str = "utf-8", name: str | None = N
                 try:
                     line = raw.decode(decode_as)
                 except UnicodeDecodeError as err:
-                    bad = raw[err.start:err.end]
+                    bad = raw[err.start : err.end]
                     raise InputFormatError(
                         name, number, f"bytes {bad!r} at byte {err.start + 1} are not valid {encoding}"
                     ) from None
@@ -143,7 +143,9 @@ def iter_conll(
         def resolve(index: int, what: str, count: int, number: int) -> int:
             resolved = index + count if index < 0 else index
             if not 0 <= resolved < count:
-                raise InputFormatError(name, number, f"{what} column {index} missing: the line has {count} column(s)")
+                raise InputFormatError(
+                    name, number, f"{what} column {index} missing: the line has {count} column(s)"
+                )
             return resolved
 
         for number, line in lines:
@@ -164,13 +166,17 @@ def iter_conll(
                     label_index = resolve(label_column, "label", expected, number)
                     if label_index == token_index:
                         raise InputFormatError(
-                            name, number,
+                            name,
+                            number,
                             f"label column missing: the line has {expected} column(s) and the label column "
-                            f"({label_column}) is the token column (use label_column=None for unlabelled text)",
+                            f"({label_column}) is the token column "
+                            "(use label_column=None for unlabelled text)",
                         )
             elif len(fields) != expected:
                 origin = "as required" if n_columns is not None else f"as on line {expected_from}"
-                raise InputFormatError(name, number, f"{len(fields)} column(s), expected {expected} ({origin})")
+                raise InputFormatError(
+                    name, number, f"{len(fields)} column(s), expected {expected} ({origin})"
+                )
             if not rows:
                 first_line = number
             rows.append(fields)
@@ -192,15 +198,23 @@ def read_conll(
     """All sentences of a CoNLL-style column file (see `iter_conll` for the format and errors)."""
     return list(
         iter_conll(
-            source, token_column=token_column, label_column=label_column, encoding=encoding,
-            comment_prefix=comment_prefix, n_columns=n_columns, docstart=docstart, name=name,
+            source,
+            token_column=token_column,
+            label_column=label_column,
+            encoding=encoding,
+            comment_prefix=comment_prefix,
+            n_columns=n_columns,
+            docstart=docstart,
+            name=name,
         )
     )
 
 
 def sentence_rows(sentence: Sentence) -> list[list[str]]:
     """The columns to write for a sentence: `columns`, plus the labels when columns hold only tokens."""
-    rows = sentence.columns if len(sentence.columns) == len(sentence.tokens) else [[t] for t in sentence.tokens]
+    rows = (
+        sentence.columns if len(sentence.columns) == len(sentence.tokens) else [[t] for t in sentence.tokens]
+    )
     if sentence.labels is not None and all(len(row) == 1 for row in rows):
         if len(sentence.labels) != len(rows):
             raise ValueError(f"sentence has {len(rows)} tokens but {len(sentence.labels)} labels")
@@ -220,21 +234,29 @@ def _format(sentences: Iterable[Sentence], name: str, separator: str) -> Iterato
                 width = len(row)
             if len(row) != width:
                 raise InputFormatError(
-                    name, None, f"sentence {number} token {position}: {len(row)} column(s), the file has {width}"
+                    name,
+                    None,
+                    f"sentence {number} token {position}: {len(row)} column(s), the file has {width}",
                 )
             for field in row:
                 if not field or _FORBIDDEN_IN_FIELD.search(field):
                     raise InputFormatError(
-                        name, None,
-                        f"sentence {number} token {position}: field {field!r} is empty or holds a space, tab or newline",
+                        name,
+                        None,
+                        f"sentence {number} token {position}: field {field!r} is empty "
+                        "or holds a space, tab or newline",
                     )
             if row[0] == DOCSTART:
-                raise InputFormatError(name, None, f"sentence {number} token {position}: a token cannot be {DOCSTART}")
+                raise InputFormatError(
+                    name, None, f"sentence {number} token {position}: a token cannot be {DOCSTART}"
+                )
             lines.append(separator.join(row))
         yield "\n".join(lines) + "\n\n"
 
 
-def write_conll(path_or_file, sentences: Iterable[Sentence], *, encoding: str = "utf-8", separator: str = " ") -> None:
+def write_conll(
+    path_or_file, sentences: Iterable[Sentence], *, encoding: str = "utf-8", separator: str = " "
+) -> None:
     """Write sentences as a CoNLL column file (`Sentence.columns`, a blank line after each sentence).
 
     Paths are written atomically (temp file + os.replace). Fields must be non-empty and free of
@@ -268,5 +290,5 @@ def _encode(encoder, text: str, encoding: str, name: str, number: int) -> bytes:
         return encoder.encode(text)
     except UnicodeEncodeError as err:
         raise InputFormatError(
-            name, None, f"sentence {number}: {text[err.start:err.end]!r} cannot be encoded as {encoding}"
+            name, None, f"sentence {number}: {text[err.start : err.end]!r} cannot be encoded as {encoding}"
         ) from None

@@ -44,7 +44,11 @@ def iter_conllu(
         for number, line in lines:
             if not line.strip(" \t"):
                 if range_end > len(rows):
-                    raise InputFormatError(name, number, f"sentence ends at word {len(rows)} inside a multi-word token ending at {range_end}")
+                    raise InputFormatError(
+                        name,
+                        number,
+                        f"sentence ends at word {len(rows)} inside a multi-word token ending at {range_end}",
+                    )
                 if rows:
                     yield sentence()
                 rows, range_end = [], 0
@@ -62,14 +66,20 @@ def iter_conllu(
                 if int(word_id) != expected:
                     raise InputFormatError(name, number, f"word ID {word_id}, expected {expected}")
                 if label_index is not None and fields[label_index] == "_":
-                    raise InputFormatError(name, number, f"{label.upper()} of {fields[1]!r} is '_' (not annotated)")
+                    raise InputFormatError(
+                        name, number, f"{label.upper()} of {fields[1]!r} is '_' (not annotated)"
+                    )
                 if not rows:
                     first_line = number
                 rows.append(fields)
             elif match := _RANGE_ID.fullmatch(word_id):
                 start, end = int(match.group(1)), int(match.group(2))
                 if start != expected or end <= start:
-                    raise InputFormatError(name, number, f"multi-word token range {word_id}, expected {expected}-N with N > {expected}")
+                    raise InputFormatError(
+                        name,
+                        number,
+                        f"multi-word token range {word_id}, expected {expected}-N with N > {expected}",
+                    )
                 range_end = end
             elif match := _EMPTY_ID.fullmatch(word_id):
                 if int(match.group(1)) != len(rows):
@@ -77,7 +87,9 @@ def iter_conllu(
             else:
                 raise InputFormatError(name, number, f"malformed ID {word_id!r}")
         if range_end > len(rows):
-            raise InputFormatError(name, None, f"file ends at word {len(rows)} inside a multi-word token ending at {range_end}")
+            raise InputFormatError(
+                name, None, f"file ends at word {len(rows)} inside a multi-word token ending at {range_end}"
+            )
         if rows:
             yield sentence()
 

@@ -31,7 +31,7 @@ def normalise_scheme(scheme: str) -> str:
 
 
 def split_label(label: str) -> tuple[str, str] | None:
-    """(prefix, type) of a chunk label (`B-NP` → ('B', 'NP'), `O` → ('O', ''), `B` → ('B', '')), else None."""
+    """(prefix, type) of a chunk label (`B-NP` → ('B', 'NP'), `O`/`B` → ('O'/'B', '')), else None."""
     if label == "O":
         return "O", ""
     if label and label[0] in "BIES":
@@ -106,7 +106,9 @@ def spans_to_tags(length: int, chunks: Iterable[Span], scheme: str = "iob2") -> 
     previous_end, previous_type = -1, None
     for type_, start, end in sorted(chunks, key=lambda chunk: chunk[1]):
         if not 0 <= start < end <= length or start < previous_end:
-            raise ValueError(f"chunk {(type_, start, end)} is empty, out of range or overlaps the previous one")
+            raise ValueError(
+                f"chunk {(type_, start, end)} is empty, out of range or overlaps the previous one"
+            )
         if scheme == "iob1":
             first = "B" if (previous_end == start and previous_type == type_) else "I"
             tags[start:end] = [_label(first, type_)] + [_label("I", type_)] * (end - start - 1)
@@ -115,7 +117,9 @@ def spans_to_tags(length: int, chunks: Iterable[Span], scheme: str = "iob2") -> 
         elif end - start == 1:
             tags[start] = _label("S", type_)
         else:
-            tags[start:end] = [_label("B", type_)] + [_label("I", type_)] * (end - start - 2) + [_label("E", type_)]
+            tags[start:end] = (
+                [_label("B", type_)] + [_label("I", type_)] * (end - start - 2) + [_label("E", type_)]
+            )
         previous_end, previous_type = end, type_
     return tags
 

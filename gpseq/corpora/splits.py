@@ -8,7 +8,7 @@ from gpseq.errors import ConfigError
 
 
 def kfold_indices(n: int, k: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """k (train_idx, test_idx) pairs over range(n): a seeded shuffle cut into k folds of sizes differing by ≤ 1.
+    """k (train_idx, test_idx) pairs over range(n): a seeded shuffle cut into k folds (sizes differ ≤ 1).
 
     Every index is in exactly one test fold; both arrays are sorted int64. Same (n, k, seed), same folds.
     """
@@ -25,7 +25,7 @@ def kfold_indices(n: int, k: int, seed: int = 0) -> list[tuple[np.ndarray, np.nd
 
 
 def train_dev_split(n: int, dev_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(train_idx, dev_idx) over range(n): round(n * dev_fraction) seeded-random indices (at least 1) go to dev."""
+    """(train_idx, dev_idx) over range(n): round(n · dev_fraction) random indices (≥ 1) go to dev."""
     if not 0.0 < dev_fraction < 1.0:
         raise ConfigError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
     if n < 2:
