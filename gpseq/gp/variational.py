@@ -1,0 +1,114 @@
+"""q(u): a mixture of K Gaussians over P independent latent functions' M inducing values (seed eq. 13).
+
+q(u) = Σ_k π_k Π_p N(u_p; m_kp, S_kp), with `q_mu [K, M, P]`, `q_sqrt [K, P, M, M]` lower
+triangular (FillScaleTriL bijector: Softplus diagonal) or `[K, M, P]` diagonal standard
+deviations, and π = softmax(`mixture_logits [K]`). Whitened: u = L v, p(v) = N(0, I), and the
+parameters describe q(v). K = 1 is the plain Gaussian (GPflow's SVGP parameterisation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from gpseq.errors import ConfigError
+
+tfd = tfp.distributions
+tfb = tfp.bijectors
+
+
+class VariationalGaussian(tf.Module):
+    """Mixture-of-Gaussians q(u) with its KL to the GP prior (exact for K = 1, Jensen bound for K > 1)."""
+
+    def __init__(
+        self,
+        num_inducing: int,
+        num_latent: int,
+        *,
+        full_cov: bool = True,
+        whiten: bool = True,
+        num_components: int = 1,
+        initial_scale: float = 1.0,
+        dtype=tf.float64,
+        seed: int = 0,
+        name: str = "variational_gaussian",
+    ):
+        super().__init__(name=name)
+        if num_components < 1:
+            raise ConfigError(f"num_components must be >= 1, got {num_components}")
+        K, M, P = num_components, num_inducing, num_latent
+        self.num_inducing, self.num_latent, self.num_components = M, P, K
+        self.full_cov, self.whiten, self.dtype = full_cov, whiten, dtype
+        mu = np.zeros((K, M, P))
+        if K > 1:  # distinct starting means break the symmetry between components
+            mu = 0.5 * np.random.default_rng(seed).standard_normal((K, M, P))
+        self.q_mu = tf.Variable(tf.constant(mu, dtype), name="q_mu")
+        if full_cov:
+            init = initial_scale * np.broadcast_to(np.eye(M), (K, P, M, M))
+            bijector = tfb.FillScaleTriL(diag_bijector=tfb.Softplus(), diag_shift=None)
+            self.q_sqrt = tfp.util.TransformedVariable(tf.constant(init, dtype), bijector, name="q_sqrt")
+        else:
+            self.q_sqrt = tfp.util.TransformedVariable(
+                tf.fill([K, M, P], tf.constant(initial_scale, dtype)), tfb.Softplus(), name="q_sqrt"
+            )
+        self.mixture_logits = tf.Variable(tf.zeros([K], dtype), name="mixture_logits", trainable=K > 1)
+
+    def mixture_weights(self):
+        """π `[K]`."""
+        return tf.nn.softmax(self.mixture_logits)
+
+    def components(self, q_mu=None, q_sqrt=None):
+        """Per-component Gaussians as a TFP distribution with batch `[K, P]`, event `[M]`."""
+        q_mu = tf.convert_to_tensor(self.q_mu if q_mu is None else q_mu)
+        q_sqrt = tf.convert_to_tensor(self.q_sqrt if q_sqrt is None else q_sqrt)
+        loc = tf.linalg.matrix_transpose(q_mu)  # [K, P, M]
+        if self.full_cov:
+            return tfd.MultivariateNormalTriL(loc=loc, scale_tril=q_sqrt)
+        return tfd.MultivariateNormalDiag(loc=loc, scale_diag=tf.linalg.matrix_transpose(q_sqrt))
+
+    def _prior(self, Kzz_cholesky):
+        M = self.num_inducing
+        if self.whiten:
+            return tfd.MultivariateNormalDiag(loc=tf.zeros([M], self.dtype), scale_diag=tf.ones([M], self.dtype))
+        if Kzz_cholesky is None:
+            raise ConfigError("the KL of a non-whitened q(u) needs the Cholesky factor of K_zz")
+        return tfd.MultivariateNormalTriL(loc=tf.zeros([M], self.dtype), scale_tril=Kzz_cholesky)
+
+    def kl(self, Kzz_cholesky=None, q_mu=None, q_sqrt=None):
+        """KL(q(u) ‖ p(u)) summed over latents → scalar; `Kzz_cholesky [M, M]` unless whitened.
+
+        K = 1: exact (TFP's Gaussian KL). K > 1: the Jensen upper bound of the seed supplement,
+            KL ≤ Σ_k π_k CE(q_k, p) + Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l),
+        (exact cross-entropy, entropy bounded below by Jensen), which keeps the ELBO a lower bound.
+        `q_mu`/`q_sqrt` override the variables (used by the natural-gradient step).
+        """
+        q = self.components(q_mu, q_sqrt)
+        prior = self._prior(Kzz_cholesky)
+        if self.num_components == 1:
+            return tf.reduce_sum(tfd.kl_divergence(q, prior))
+        pi = self.mixture_weights()
+        cross_entropy = tf.reduce_sum(q.cross_entropy(prior), -1)  # [K]
+        return tf.reduce_sum(pi * cross_entropy) - self.entropy_lower_bound(q_mu, q_sqrt)
+
+    def entropy_lower_bound(self, q_mu=None, q_sqrt=None):
+        """Jensen lower bound on H[q]: −Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l) → scalar."""
+        q_mu = tf.convert_to_tensor(self.q_mu if q_mu is None else q_mu)
+        q_sqrt = tf.convert_to_tensor(self.q_sqrt if q_sqrt is None else q_sqrt)
+        loc = tf.linalg.matrix_transpose(q_mu)  # [K, P, M]
+        if self.full_cov:
+            cov = tf.linalg.matmul(q_sqrt, q_sqrt, transpose_b=True)  # [K, P, M, M]
+            pair = tfd.MultivariateNormalTriL(
+                loc=loc[None], scale_tril=tf.linalg.cholesky(cov[:, None] + cov[None])
+            )  # batch [K(k), K(l), P]
+        else:
+            var = tf.linalg.matrix_transpose(q_sqrt) ** 2  # [K, P, M]
+            pair = tfd.MultivariateNormalDiag(loc=loc[None], scale_diag=tf.sqrt(var[:, None] + var[None]))
+        log_overlap = tf.reduce_sum(pair.log_prob(loc[:, None]), -1)  # [K, K]: Σ_p log N(m_kp; m_lp, ·)
+        pi = self.mixture_weights()
+        return -tf.reduce_sum(pi * tf.reduce_logsumexp(tf.math.log(pi)[None, :] + log_overlap, axis=1))
+
+    def sample_u(self, num_samples: int, seed):
+        """Draws from every component `[K, S, M, P]` (whitened: draws of v)."""
+        draws = self.components().sample(num_samples, seed=seed)  # [S, K, P, M]
+        return tf.transpose(draws, [1, 0, 3, 2])
