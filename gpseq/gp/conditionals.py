@@ -1,0 +1,79 @@
+"""q(f) = ∫ p(f | u) q(u) du at new inputs: marginals, and per-sequence blocks (seed eqs. 15–18).
+
+With L = chol(K_zz) and A = K_xz K_zz⁻¹ (seed eq. 17):
+    mean = A m                                       (seed eq. 15)
+    cov  = K̃ + A S Aᵀ,  K̃ = K_xx − A K_zx            (seed eqs. 16, 18)
+Whitened (u = L v, q(v) = N(m, S)): A m → (K_xz L⁻ᵀ) m and A S Aᵀ → (K_xz L⁻ᵀ) S (K_xz L⁻ᵀ)ᵀ.
+Covariance is only ever formed per sequence block `[T, T]`, never `[N, N]`.
+One mixture component at a time: `q_mu [M, P]`, `q_sqrt [P, M, M]` (full) or `[M, P]` (diagonal).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _projections(Kxz, Kzz_chol, whiten):
+    """A_w = K_xz L⁻ᵀ (for K̃) and the projection B applied to q(u) (A_w whitened, A otherwise).
+
+    `Kxz [..., N, M]` → both `[..., N, M]`.
+    """
+    Kxz = tf.convert_to_tensor(Kxz)
+    Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kxz.dtype)
+    shape = tf.shape(Kxz)
+    flat = tf.reshape(Kxz, [-1, shape[-1]])  # [N', M]
+    a_w_t = tf.linalg.triangular_solve(Kzz_chol, tf.transpose(flat), lower=True)  # L⁻¹ K_zx [M, N']
+    if whiten:
+        proj_t = a_w_t
+    else:
+        proj_t = tf.linalg.triangular_solve(Kzz_chol, a_w_t, lower=True, adjoint=True)  # K_zz⁻¹ K_zx
+    back = lambda t: tf.reshape(tf.transpose(t), shape)  # noqa: E731
+    return back(a_w_t), back(proj_t)
+
+
+def conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
+    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal).
+
+    `Kxz [N, M]`, `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
+    """
+    q_mu, q_sqrt = tf.convert_to_tensor(q_mu), tf.convert_to_tensor(q_sqrt)
+    a_w, proj = _projections(Kxz, Kzz_chol, whiten)  # [N, M]
+    mean = tf.linalg.matmul(proj, q_mu)  # [N, P]
+    var = (Kxx_diag - tf.reduce_sum(a_w**2, -1))[:, None]  # [N, 1]: diag of K̃
+    if q_sqrt.shape.rank == 3:
+        projected = tf.einsum("nm,pmk->pnk", proj, q_sqrt)  # (B L_S) per latent [P, N, M]
+        var = var + tf.transpose(tf.reduce_sum(projected**2, -1))
+    else:
+        var = var + tf.linalg.matmul(proj**2, q_sqrt**2)
+    return mean, var
+
+
+def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
+    """Per-sequence mean and covariance of q(f) → (`[B, T, P]`, `[B, P, T, T]`) (seed eqs. 15–18).
+
+    `Kxz [B, T, M]`, `Kzz_chol [M, M]`, `Kxx_blocks [B, T, T]` (e.g. `kernel.K_sparse_block`),
+    `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
+    """
+    q_mu, q_sqrt = tf.convert_to_tensor(q_mu), tf.convert_to_tensor(q_sqrt)
+    a_w, proj = _projections(Kxz, Kzz_chol, whiten)  # [B, T, M]
+    mean = tf.einsum("btm,mp->btp", proj, q_mu)
+    k_tilde = Kxx_blocks - tf.linalg.matmul(a_w, a_w, transpose_b=True)  # [B, T, T]
+    if q_sqrt.shape.rank == 3:
+        projected = tf.einsum("btm,pmk->bptk", proj, q_sqrt)  # [B, P, T, M]
+        cov = tf.linalg.matmul(projected, projected, transpose_b=True)
+    else:
+        cov = tf.einsum("btm,mp,bsm->bpts", proj, q_sqrt**2, proj)
+    return mean, k_tilde[:, None] + cov
+
+
+def mixture_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
+    """`conditional_marginals` for every mixture component: `q_mu [K, M, P]`, `q_sqrt [K, ...]`
+    → (`[K, N, P]`, `[K, N, P]`)."""
+    parts = [conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
+    return tf.stack([m for m, _ in parts]), tf.stack([v for _, v in parts])
+
+
+def mixture_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
+    """`conditional_blocks` for every mixture component → (`[K, B, T, P]`, `[K, B, P, T, T]`)."""
+    parts = [conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
+    return tf.stack([m for m, _ in parts]), tf.stack([c for _, c in parts])
