@@ -62,7 +62,7 @@ def score_function_ell(model, batch, num_samples: int, seed, use_control_variate
     unary, draws = model.sample_unary(batch, num_samples, seeds[0], return_draws=True)  # [K, S, B, T, V]
     pair_draw = model.sample_pairwise(num_samples, seeds[1])  # [S, V, V]
     unary = tf.stop_gradient(unary)
-    pairwise = tf.stop_gradient(pair_draw)[None, :, None]
+    pairwise = tf.stop_gradient(pair_draw)[:, None]
     ll = tf.stop_gradient(model.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"]))  # [K, S, B]
     per_sample = tf.reduce_sum(ll, -1)  # [K, S]
     weights = model._mixture_weights()  # [K]

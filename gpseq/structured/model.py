@@ -25,10 +25,10 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from gpseq.errors import ConfigError
+from gpseq.features.padded import PaddedRows
 from gpseq.gp.kernels import RBF, Linear
 from gpseq.gp.linalg import safe_cholesky
-from gpseq.gp.variational import VariationalGaussian
-from gpseq.gp.weight_space import WeightSpaceLinear
+from gpseq.gp.weight_space import WeightSpaceLinear, gather_sum
 from gpseq.structured import chain
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
@@ -86,11 +86,6 @@ def _normal_log_density(x, mean, var):
     return -0.5 * (tf.math.log(2.0 * np.pi * var) + (x - mean) ** 2 / var)
 
 
-def gather_sum(table, indices, values):
-    """Embedding bag: rows `indices [..., F]` of `table [U, K]` weighted by `values` → `[..., K]`."""
-    return tf.einsum("...f,...fk->...k", values, tf.gather(table, indices))
-
-
 class StructuredGP(tf.Module):
     """|V| unary GPs over sparse token features + Gaussian pairwise potentials (seed eq. 2, 12)."""
 
@@ -138,6 +133,8 @@ class StructuredGP(tf.Module):
                 self.kernel = Linear(variance=config.linear_variance, dtype=dtype)
             else:
                 self.kernel = RBF(variance=config.rbf_variance, lengthscales=config.rbf_lengthscale, dtype=dtype)
+            from gpseq.gp.variational import VariationalGaussian
+
             M = inducing_inputs.shape[0]
             self.inducing = VariationalGaussian(
                 M,
@@ -171,8 +168,6 @@ class StructuredGP(tf.Module):
     def _inducing_projection(self, batch):
         """Whitened projection `A_w = K_xz L⁻ᵀ [B, T, M]` and `K_xx` diag `[B, T]` at the batch tokens."""
         global_ids = tf.gather(batch["feature_ids"], batch["indices"])  # [B, T, F]
-        from gpseq.features.padded import PaddedRows
-
         rows = PaddedRows(global_ids, batch["values"])
         Z = tf.transpose(self.inducing_inputs_t)
         kxz = self.kernel.K(rows, Z)  # [B, T, M]
@@ -295,8 +290,6 @@ class StructuredGP(tf.Module):
         if self.config.rbf_conditional == "diag":
             var = tf.nn.relu(kxx - tf.reduce_sum(a_w**2, -1)) * mask
             return eps * tf.sqrt(var + self.config.jitter)[..., None]
-        from gpseq.features.padded import PaddedRows
-
         rows = PaddedRows(tf.gather(batch["feature_ids"], batch["indices"]), batch["values"])
         kxx_block = self.kernel.K_sparse_block(rows)  # [B, T, T]
         cond = kxx_block - tf.linalg.matmul(a_w, a_w, transpose_b=True)
@@ -332,7 +325,7 @@ class StructuredGP(tf.Module):
             return score_function_ell(self, batch, num_samples, seed)
         seeds = tfp.random.split_seed(seed, 2)
         unary = self.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
-        pairwise = self.sample_pairwise(num_samples, seeds[1])[None, :, None]  # [1, S, 1, V, V]
+        pairwise = self.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
         ll = self.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])  # [K, S, B]
         per_component = tf.reduce_mean(tf.reduce_sum(ll, -1), axis=1)  # [K]
         return tf.reduce_sum(self._mixture_weights() * per_component)
@@ -359,7 +352,7 @@ class StructuredGP(tf.Module):
         """
         seeds = tfp.random.split_seed(seed, 2)
         unary = self.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
-        pairwise = self.sample_pairwise(num_samples, seeds[1])[None, :, None]  # [1, S, 1, V, V]
+        pairwise = self.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
         marg = chain.unary_marginals(unary, pairwise, batch["lengths"])  # [K, S, B, T, V]
         weights = self._mixture_weights()
         return tf.einsum("k,ksbtv->btv", weights, marg) / num_samples, unary, pairwise
