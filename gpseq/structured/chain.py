@@ -50,42 +50,57 @@ __all__ = [
 
 
 # ---- the log-semiring matrix product ----------------------------------------------------------
-def _log_underflow_bound(dtype, num_terms: int) -> float:
-    """log of the smallest matrix-product entry whose value is exact to rounding: every dropped
-    (underflowed) term is below `tiny`, so `num_terms · tiny / eps` bounds the relative loss by eps.
+def _shifted_product(a, b):
+    """exp(a − a_max) @ exp(b − b_max) and the shifts, for `a [..., M, K]`, `b [..., K, N]`."""
+    a_max = tf.stop_gradient(tf.reduce_max(a, axis=-1, keepdims=True))  # [..., M, 1]
+    b_max = tf.stop_gradient(tf.reduce_max(b, axis=-2, keepdims=True))  # [..., 1, N]
+    return tf.linalg.matmul(tf.exp(a - a_max), tf.exp(b - b_max)), a_max, b_max
+
+
+def _fast_log_matmul_exp(a, b):
+    """log(exp(a) @ exp(b)) `[..., M, N]` by one max-shifted matmul, and its smallest shifted entry.
+
+    Exact to rounding while that entry is above `_underflow_bound`; otherwise the caller must
+    redo the computation with `_log_matmul_exp`. Clamping keeps values and gradients finite even
+    then, so a discarded fast result never sends NaN into a gradient.
+    """
+    product, a_max, b_max = _shifted_product(a, b)
+    product = tf.maximum(product, np.finfo(a.dtype.as_numpy_dtype).tiny)
+    return tf.math.log(product) + a_max + b_max, tf.stop_gradient(tf.reduce_min(product))
+
+
+def _underflow_bound(dtype, num_terms: int):
+    """Smallest shifted-product entry that is exact to rounding: every dropped (underflowed)
+    term is below `tiny`, so `num_terms · tiny / eps` bounds the relative loss by eps.
     """
     info = np.finfo(dtype.as_numpy_dtype)
-    return float(np.log(num_terms) + np.log(info.tiny) - np.log(info.eps))
+    return tf.constant(num_terms * info.tiny / info.eps, dtype)
 
 
 @tf.custom_gradient
 def _log_matmul_exp(a, b):
-    """log(exp(a) @ exp(b)) for `a [..., M, K]`, `b [..., K, N]` with equal batch dims → `[..., M, N]`.
+    """log(exp(a) @ exp(b)) for `a [..., M, K]`, `b [..., K, N]` with equal batch dims → `[..., M, N]`,
+    exact for any finite inputs.
 
-    Fast path: max-shift rows of a and columns of b, one matmul. If any entry of the shifted
-    product is too small to be exact, the whole call falls back to a broadcast log-sum-exp.
-    The gradient is written out (softmax weights times the upstream gradient) so the fallback's
-    `[..., M, K, N]` intermediates are never kept for the backward pass.
+    The max-shifted matmul when it is exact, else a broadcast log-sum-exp. The gradient is
+    written out (softmax weights times the upstream gradient) so the fallback's `[..., M, K, N]`
+    intermediates are never kept for the backward pass.
     """
-    a_max = tf.reduce_max(a, axis=-1, keepdims=True)  # [..., M, 1]
-    b_max = tf.reduce_max(b, axis=-2, keepdims=True)  # [..., 1, N]
-    exp_a = tf.exp(a - a_max)
-    exp_b = tf.exp(b - b_max)
-    product = tf.linalg.matmul(exp_a, exp_b)  # [..., M, N], each entry in (0, K]
-    bound = _log_underflow_bound(a.dtype, a.shape[-1] or 1)
-    exact = tf.reduce_all(product >= tf.exp(tf.constant(bound, a.dtype)))
+    product, a_max, b_max = _shifted_product(a, b)
+    exact = tf.reduce_all(product >= _underflow_bound(a.dtype, a.shape[-1] or 1))
 
-    def fast():
-        return tf.math.log(product) + a_max + b_max
-
-    def slow():
-        return tf.reduce_logsumexp(a[..., :, :, None] + b[..., None, :, :], axis=-2)
-
-    out = tf.cond(exact, fast, slow)
+    out = tf.cond(
+        exact,
+        lambda: tf.math.log(product) + a_max + b_max,
+        lambda: tf.reduce_logsumexp(a[..., :, :, None] + b[..., None, :, :], axis=-2),
+    )
 
     def grad(upstream):
         def fast_grad():
-            weighted = upstream * tf.exp(a_max + b_max - out)  # upstream / product
+            a_shift = tf.reduce_max(a, axis=-1, keepdims=True)
+            b_shift = tf.reduce_max(b, axis=-2, keepdims=True)
+            exp_a, exp_b = tf.exp(a - a_shift), tf.exp(b - b_shift)
+            weighted = upstream * tf.exp(a_shift + b_shift - out)  # upstream / product
             grad_a = exp_a * tf.linalg.matmul(weighted, exp_b, transpose_b=True)
             grad_b = exp_b * tf.linalg.matmul(exp_a, weighted, transpose_a=True)
             return grad_a, grad_b
@@ -98,6 +113,80 @@ def _log_matmul_exp(a, b):
         return tf.cond(exact, fast_grad, slow_grad)
 
     return out, grad
+
+
+def _broadcast_log_matmul_exp(a, b):
+    """log(exp(a) @ exp(b)) by a broadcast log-sum-exp: `[..., M, K]`, `[..., K, N]` → `[..., M, N]`."""
+    return tf.reduce_logsumexp(a[..., :, :, None] + b[..., None, :, :], axis=-2)
+
+
+@tf.custom_gradient
+def _forward_scan(unary_tm, pairwise):
+    """Sequential forward messages α `[T, G, M, V]` of unary `[T, G, M, V]`, pairwise `[G, V, V]`.
+
+    Runs the pass with max-shifted matmuls; if any product underflowed it reruns it with broadcast
+    log-sum-exps (exact for any finite input). The backward pass is written out as the reverse
+    recursion with the same fast/exact choice, so no control flow is differentiated (XLA cannot
+    differentiate a conditional around a loop) and only α is kept for it.
+    """
+    bound = _underflow_bound(unary_tm.dtype, unary_tm.shape[-1] or 1)
+    big = tf.constant(np.finfo(unary_tm.dtype.as_numpy_dtype).max, unary_tm.dtype)
+
+    def fast_step(carry, unary_t):
+        alpha, smallest = carry
+        message, least = _fast_log_matmul_exp(alpha, pairwise)
+        return message + unary_t, tf.minimum(smallest, least)
+
+    fast, smallest = tf.scan(fast_step, unary_tm[1:], initializer=(unary_tm[0], big))
+    is_fast = tf.reduce_min(tf.concat([smallest, big[None]], 0)) >= bound
+    rest = tf.cond(
+        is_fast,
+        lambda: fast,
+        lambda: tf.scan(lambda alpha, unary_t: _broadcast_log_matmul_exp(alpha, pairwise) + unary_t,
+                        unary_tm[1:], initializer=unary_tm[0]),
+    )
+    alphas = tf.concat([unary_tm[:1], rest], axis=0)
+
+    def grad(upstream):
+        # m_t = α_t − u_t = log Σ_i exp(α_{t−1}(i) + W(i, ·)); ∂m_t(j)/∂α_{t−1}(i) = ∂m_t(j)/∂W(i, j)
+        # = exp(α_{t−1}(i) + W(i, j) − m_t(j)), the softmax weights of step t.
+        messages = rest - unary_tm[1:]
+
+        def fast_weights(alpha_prev, message, g):
+            alpha_shift = tf.reduce_max(alpha_prev, axis=-1, keepdims=True)
+            pair_shift = tf.reduce_max(pairwise, axis=-2, keepdims=True)
+            exp_alpha, exp_pair = tf.exp(alpha_prev - alpha_shift), tf.exp(pairwise - pair_shift)
+            weighted = g * tf.exp(alpha_shift + pair_shift - message)  # bounded by 1 / bound
+            d_prev = exp_alpha * tf.linalg.matmul(weighted, exp_pair, transpose_b=True)
+            d_pair = exp_pair * tf.linalg.matmul(exp_alpha, weighted, transpose_a=True)
+            return d_prev, d_pair
+
+        def exact_weights(alpha_prev, message, g):
+            weights = tf.exp(alpha_prev[..., :, None] + pairwise[:, None] - message[..., None, :])
+            weights = weights * g[..., None, :]  # [G, M, V, V]
+            return tf.reduce_sum(weights, axis=-1), tf.reduce_sum(weights, axis=1)
+
+        def backward(weights_fn):
+            def step(carry, inputs):
+                to_alpha, d_pair, _ = carry
+                upstream_t, alpha_prev, message = inputs
+                g = upstream_t + to_alpha  # total gradient reaching α_t
+                d_prev, d_pair_t = weights_fn(alpha_prev, message, g)
+                return d_prev, d_pair + d_pair_t, g
+
+            zeros = tf.zeros_like(unary_tm[0])
+            to_prev, d_pairs, gs = tf.scan(
+                step, (upstream[1:], alphas[:-1], messages),
+                initializer=(zeros, tf.zeros_like(pairwise), zeros), reverse=True,
+            )
+            # reverse=True stacks in forward order: index 0 is step t = 1
+            first = upstream[0] + tf.concat([to_prev[:1], zeros[None]], 0)[0]
+            d_pair = tf.concat([d_pairs[:1], tf.zeros_like(pairwise)[None]], 0)[0]
+            return tf.concat([first[None], gs], 0), d_pair
+
+        return tf.cond(is_fast, lambda: backward(fast_weights), lambda: backward(exact_weights))
+
+    return alphas, grad
 
 
 # ---- canonical grouped layout -----------------------------------------------------------------
@@ -185,24 +274,39 @@ def _forward_messages(unary, pairwise, method: str):
     """Forward messages α `[T, G, M, V]` (time-major) of unary `[G, M, T, V]`, pairwise `[G, V, V]`.
 
     α_0 = u_0, α_t = u_t + log Σ_i exp(α_{t-1}(i) + W(i, ·)). Positions past a sequence's end hold
-    values that callers never read (they gather at L − 1 or mask).
+    values that callers never read (they gather at L − 1 or mask). The whole pass first runs with
+    plain max-shifted matmuls (autodiff through them is cheap); only if some product underflowed
+    anywhere is it redone with the exact-for-any-input `_log_matmul_exp`.
     """
     if method not in METHODS:
         raise ConfigError(f"unknown chain method {method!r}; expected one of {METHODS}")
     unary_tm = tf.transpose(unary, [2, 0, 1, 3])  # [T, G, M, V]
+    bound = _underflow_bound(unary.dtype, unary.shape[-1] or 1)
+    big = tf.constant(np.finfo(unary.dtype.as_numpy_dtype).max, unary.dtype)
     if method == "scan":
-
-        def step(alpha, unary_t):
-            return _log_matmul_exp(alpha, pairwise) + unary_t
-
-        rest = tf.scan(step, unary_tm[1:], initializer=unary_tm[0])
-        return tf.concat([unary_tm[:1], rest], axis=0)
+        return _forward_scan(unary_tm, pairwise)
     # parallel prefix: element t is the matrix W(i, j) + u_t(j) (for t = 0 every row is u_0, so
     # every row of the prefix product is α_t)
-    first = tf.broadcast_to(unary_tm[0][..., None, :], tf.concat([tf.shape(unary_tm)[1:], tf.shape(unary_tm)[-1:]], 0))
+    first = tf.broadcast_to(
+        unary_tm[0][..., None, :], tf.concat([tf.shape(unary_tm)[1:], tf.shape(unary_tm)[-1:]], 0)
+    )
     rest = pairwise[None, :, None] + unary_tm[1:, ..., None, :]  # [T-1, G, M, V, V]
     elements = tf.concat([first[None], rest], axis=0)  # [T, G, M, V, V]
-    prefix = tfp.math.scan_associative(_log_matmul_exp, elements)
+
+    def fast_combine(x, y):
+        (left, left_least), (right, right_least) = x, y
+        product, least = _fast_log_matmul_exp(left, right)
+        # per-element running minimum keeps the combine associative and batch-shaped
+        least = tf.minimum(tf.minimum(left_least, right_least), least)
+        return product, least
+
+    least0 = tf.fill(tf.shape(elements)[:1], big)
+    fast, least = tfp.math.scan_associative(fast_combine, (elements, least0))
+    prefix = tf.cond(
+        tf.reduce_min(least) >= bound,
+        lambda: fast,
+        lambda: tfp.math.scan_associative(_log_matmul_exp, elements),
+    )
     return prefix[..., 0, :]
 
 
