@@ -1,0 +1,111 @@
+"""Likelihoods for the SVGP: E_q[log p(y | f)] under q(f) = N(F_mean, F_var), and predictions.
+
+`variational_expectations(F_mean [N, P], F_var [N, P], Y) → [N]` (summed over latent columns),
+`predict_y(F_mean, F_var) → (mean, var)`, `predict_log_density(F_mean, F_var, Y) → [N]`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from gpseq.errors import ConfigError
+
+tfd = tfp.distributions
+
+
+class Gaussian(tf.Module):
+    """y = f + ε, ε ~ N(0, σ²) (closed-form expectations); σ² learnable (Softplus)."""
+
+    def __init__(self, variance: float = 1.0, dtype=tf.float64, name: str = "gaussian"):
+        super().__init__(name=name)
+        self.variance = tfp.util.TransformedVariable(tf.constant(variance, dtype), tfp.bijectors.Softplus(),
+                                                     name="variance")
+
+    def variational_expectations(self, F_mean, F_var, Y):  # [N, P] ×3 → [N]
+        noise = tf.convert_to_tensor(self.variance)
+        per = -0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(noise) - 0.5 * ((Y - F_mean) ** 2 + F_var) / noise
+        return tf.reduce_sum(per, -1)
+
+    def predict_y(self, F_mean, F_var):
+        return F_mean, F_var + tf.convert_to_tensor(self.variance)
+
+    def predict_log_density(self, F_mean, F_var, Y):  # → [N]
+        _, var = self.predict_y(F_mean, F_var)
+        return tf.reduce_sum(tfd.Normal(F_mean, tf.sqrt(var)).log_prob(Y), -1)
+
+
+class Bernoulli(tf.Module):
+    """y ∈ {0, 1}, p(y = 1 | f) = Φ(f) (probit) or σ(f) (logit); Gauss–Hermite expectations."""
+
+    def __init__(self, link: str = "probit", num_gauss_hermite: int = 20, dtype=tf.float64, name="bernoulli"):
+        super().__init__(name=name)
+        if link not in ("probit", "logit"):
+            raise ConfigError(f"Bernoulli link must be 'probit' or 'logit', got {link!r}")
+        self.link, self.dtype = link, dtype
+        nodes, weights = np.polynomial.hermite.hermgauss(num_gauss_hermite)
+        self._nodes = tf.constant(np.sqrt(2.0) * nodes, dtype)  # for ∫ N(x; 0, 1) g(x) dx
+        self._weights = tf.constant(weights / np.sqrt(np.pi), dtype)
+
+    def log_prob(self, F, Y):
+        """log p(y | f) elementwise (stable: log Φ via the Normal's log_cdf, log σ via softplus)."""
+        sign = 2.0 * tf.cast(Y, F.dtype) - 1.0
+        if self.link == "probit":
+            return tfd.Normal(tf.zeros([], F.dtype), tf.ones([], F.dtype)).log_cdf(sign * F)
+        return -tf.math.softplus(-sign * F)
+
+    def _quadrature(self, fn, F_mean, F_var):
+        """∫ N(f; μ, v) fn(f) df by Gauss–Hermite, elementwise over `[N, P]`."""
+        f = F_mean[..., None] + tf.sqrt(F_var)[..., None] * self._nodes  # [N, P, Q]
+        return tf.reduce_sum(fn(f) * self._weights, -1)
+
+    def variational_expectations(self, F_mean, F_var, Y):  # → [N]
+        Y = tf.cast(Y, F_mean.dtype)
+        return tf.reduce_sum(self._quadrature(lambda f: self.log_prob(f, Y[..., None]), F_mean, F_var), -1)
+
+    def predict_y(self, F_mean, F_var):
+        """p(y = 1) (closed form for probit: Φ(μ / √(1 + v))) and its Bernoulli variance."""
+        if self.link == "probit":
+            p = tfd.Normal(tf.zeros([], F_mean.dtype), 1.0).cdf(F_mean / tf.sqrt(1.0 + F_var))
+        else:
+            p = self._quadrature(tf.math.sigmoid, F_mean, F_var)
+        return p, p - p**2
+
+    def predict_log_density(self, F_mean, F_var, Y):  # → [N]
+        p, _ = self.predict_y(F_mean, F_var)
+        Y = tf.cast(Y, p.dtype)
+        return tf.reduce_sum(Y * tf.math.log(p) + (1.0 - Y) * tf.math.log1p(-p), -1)
+
+
+class Softmax(tf.Module):
+    """Multiclass y ∈ {0..C−1}, p(y | f) = softmax(f)_y over C latent columns; Monte Carlo expectations.
+
+    Draws are stateless from `seed` (fixed by default), so the estimate is a deterministic function
+    of its inputs and differentiable by the reparameterisation trick.
+    """
+
+    def __init__(self, num_classes: int, num_samples: int = 100, seed=(0, 0), dtype=tf.float64, name="softmax"):
+        super().__init__(name=name)
+        self.num_classes, self.num_samples, self.seed, self.dtype = num_classes, num_samples, seed, dtype
+
+    def _samples(self, F_mean, F_var, seed):
+        eps = tf.random.stateless_normal(tf.concat([[self.num_samples], tf.shape(F_mean)], 0),
+                                         self.seed if seed is None else seed, dtype=F_mean.dtype)
+        return F_mean + tf.sqrt(F_var) * eps  # [S, N, C]
+
+    def variational_expectations(self, F_mean, F_var, Y, seed=None):  # F [N, C], Y [N] or [N, 1] → [N]
+        labels = tf.reshape(tf.cast(Y, tf.int32), [-1])
+        log_p = tf.nn.log_softmax(self._samples(F_mean, F_var, seed), -1)  # [S, N, C]
+        picked = tf.reduce_sum(log_p * tf.one_hot(labels, self.num_classes, dtype=F_mean.dtype), -1)  # [S, N]
+        return tf.reduce_mean(picked, 0)
+
+    def predict_y(self, F_mean, F_var, seed=None):
+        """Class probabilities `[N, C]` (Monte Carlo) and their Bernoulli variances."""
+        p = tf.reduce_mean(tf.nn.softmax(self._samples(F_mean, F_var, seed), -1), 0)
+        return p, p - p**2
+
+    def predict_log_density(self, F_mean, F_var, Y, seed=None):  # → [N]
+        p, _ = self.predict_y(F_mean, F_var, seed)
+        labels = tf.reshape(tf.cast(Y, tf.int32), [-1])
+        return tf.math.log(tf.reduce_sum(p * tf.one_hot(labels, self.num_classes, dtype=p.dtype), -1))
