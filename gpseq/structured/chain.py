@@ -211,11 +211,15 @@ class _Layout:
             pairwise.shape[-1] != num_labels or pairwise.shape[-2] != num_labels
         ):
             raise ConfigError(f"pairwise {pairwise.shape} does not match {num_labels} labels")
-        rank = max(unary.shape.rank, pairwise.shape.rank + 1)
+        rank = max(unary.shape.rank, pairwise.shape.rank)
         unary = tf.reshape(unary, [1] * (rank - unary.shape.rank) + _dims(unary))
         pairwise = tf.reshape(pairwise, [1] * (rank - pairwise.shape.rank) + _dims(pairwise))
         self.dtype = unary.dtype
         self.num_labels = tf.shape(unary)[-1]
+        # an empty time axis gets one (padding) step so every algorithm has a first message
+        self.given_steps = tf.shape(unary)[-2]
+        extra = tf.maximum(1 - self.given_steps, 0)
+        unary = tf.pad(unary, tf.concat([tf.zeros([rank - 2, 2], tf.int32), [[0, extra], [0, 0]]], 0))
         self.num_steps = tf.shape(unary)[-2]
         lead_unary, lead_pair = tf.shape(unary)[:-3], tf.shape(pairwise)[:-3]
         self.lead_shape = tf.broadcast_dynamic_shape(lead_unary, lead_pair)  # [...]
@@ -255,13 +259,20 @@ class _Layout:
     def labels(self, labels):
         """`[B, T]` (or broadcastable to `[..., B, T]`) → `[G, M, T]`, padded entries set to 0."""
         labels = tf.convert_to_tensor(labels, dtype=tf.int32)
+        extra = self.num_steps - tf.shape(labels)[-1]
+        labels = tf.pad(labels, tf.concat([tf.zeros([labels.shape.rank - 1, 2], tf.int32), [[0, extra]]], 0))
         full = tf.broadcast_to(labels, tf.concat([self.batch_shape, [self.num_steps]], 0))
         labels = tf.reshape(full, [self.groups, self.per_group, self.num_steps])
         return tf.where(self.mask, labels, tf.zeros_like(labels))
 
-    def out(self, core, event_rank: int = 0):
-        """`[G, M, *event]` → `[..., B, *event]`."""
-        event = tf.shape(core)[2:] if event_rank else tf.zeros([0], tf.int32)
+    def out(self, core, event_rank: int = 0, time_offset: int = 0):
+        """`[G, M, *event]` → `[..., B, *event]`; a time axis (the first event axis) is cut back to
+        the given T − time_offset entries."""
+        if event_rank:
+            core = core[:, :, : tf.maximum(self.given_steps - time_offset, 0)]
+            event = tf.shape(core)[2:]
+        else:
+            event = tf.zeros([0], tf.int32)
         return tf.reshape(core, tf.concat([self.batch_shape, event], 0))
 
 
@@ -436,7 +447,7 @@ def marginals(unary, pairwise, lengths, *, method: str = "scan"):
     )
     pair = tf.exp(tf.minimum(log_pair, 0.0))
     pair = tf.where(layout.mask[..., 1:, None, None], pair, tf.zeros_like(pair))
-    return layout.out(marg, event_rank=2), layout.out(pair, event_rank=3)
+    return layout.out(marg, event_rank=2), layout.out(pair, event_rank=3, time_offset=1)
 
 
 def viterbi(unary, pairwise, lengths):
