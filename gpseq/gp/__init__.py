@@ -1,0 +1,21 @@
+"""The shared sparse-GP core: kernels (dense and padded sparse inputs), the weight-space linear GP,
+K-means inducing inputs, variational q(u) (mixtures), conditionals (seed eqs. 15–18), likelihoods,
+SVGP / SGPR / FITC, natural gradients and a small trainer."""
+
+from gpseq.gp.conditionals import conditional_blocks, conditional_marginals, mixture_blocks, mixture_marginals
+from gpseq.gp.inducing import kmeans_inducing
+from gpseq.gp.kernels import RBF, Linear, Matern32, Matern52, Product, Sum
+from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
+from gpseq.gp.linalg import safe_cholesky
+from gpseq.gp.models import FITC, SGPR, SVGP
+from gpseq.gp.natgrad import natgrad_step
+from gpseq.gp.trainer import Trainer
+from gpseq.gp.variational import VariationalGaussian
+from gpseq.gp.weight_space import WeightSpaceLinear
+
+__all__ = [
+    "Bernoulli", "FITC", "Gaussian", "Linear", "Matern32", "Matern52", "Product", "RBF", "SGPR", "SVGP",
+    "Softmax", "Sum", "Trainer", "VariationalGaussian", "WeightSpaceLinear", "conditional_blocks",
+    "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "natgrad_step",
+    "safe_cholesky",
+]
