@@ -9,7 +9,8 @@ unchanged. The gradient of E_q[log p(y|f)] with respect to the variational param
 where z are the Gaussian draws f is built from (the batch's weights w, the whitened inducing
 values v per mixture component, f_bin), and f is a deterministic function of z and of noise
 that does not depend on λ. The control variate h = ∇λ log q (zero mean) with the per-element
-coefficient â = Cov[L h, h] / Var[h] (estimated from the same S samples) reduces the variance.
+coefficient â = Cov[L h, h] / Var[h] (estimated leave-one-out from the other S − 1 samples, so
+the estimate stays unbiased) reduces the variance.
 Kernel hyperparameters are not learned by this estimator (their gradient would need ∂L/∂f);
 they keep their initial values when `estimator = "score"`.
 """
@@ -20,17 +21,23 @@ import tensorflow as tf
 
 
 def _control_coefficient(values, scores, reduce_leading: bool = False):
-    """â per element: Cov_s[L h, h] / Var_s[h]; values `[S]`, scores `[S, ...]` → `[...]`."""
+    """Leave-one-out â per sample and element: Cov[L h, h] / Var[h] from the *other* S − 1 draws.
+
+    values `[S]`, scores `[S, ...]` → `[S, ...]`. Leaving sample s out of its own coefficient
+    keeps the estimator unbiased (â is then independent of the draw it multiplies).
+    """
     S = tf.cast(tf.shape(values)[0], values.dtype)
     values = tf.reshape(values, [-1] + [1] * (len(scores.shape) - 1))
     g = values * scores
-    g_centred = g - tf.reduce_mean(g, 0)
-    h_centred = scores - tf.reduce_mean(scores, 0)
-    cov = tf.reduce_sum(g_centred * h_centred, 0) / (S - 1.0)
-    var = tf.reduce_sum(h_centred**2, 0) / (S - 1.0)
+    n = S - 1.0
+    sum_g, sum_h = tf.reduce_sum(g, 0), tf.reduce_sum(scores, 0)
+    sum_gh, sum_hh = tf.reduce_sum(g * scores, 0), tf.reduce_sum(scores * scores, 0)
+    mean_g, mean_h = (sum_g - g) / n, (sum_h - scores) / n  # [S, ...] without sample s
+    cov = (sum_gh - g * scores) - n * mean_g * mean_h
+    var = (sum_hh - scores * scores) - n * mean_h * mean_h
     if reduce_leading:
         # one coefficient per block (e.g. per label of a multivariate q(v_j)): pool its elements
-        cov, var = tf.reduce_sum(cov, 0), tf.reduce_sum(var, 0)
+        cov, var = tf.reduce_sum(cov, 1), tf.reduce_sum(var, 1)
     return tf.math.divide_no_nan(cov, var)
 
 
@@ -48,7 +55,7 @@ def score_function_surrogate(values, log_densities, scores, use_control_variates
         pooled = len(scores.shape) > len(log_densities.shape)
         baseline = tf.stop_gradient(_control_coefficient(values, tf.stop_gradient(scores), pooled))
     else:
-        baseline = tf.zeros_like(log_densities[0])
+        baseline = tf.zeros_like(log_densities)
     weight = tf.reshape(values, [-1] + [1] * (len(log_densities.shape) - 1)) - baseline
     surrogate = tf.reduce_sum(weight * log_densities) / S
     return surrogate - tf.stop_gradient(surrogate)

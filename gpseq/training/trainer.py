@@ -210,7 +210,7 @@ class Trainer:
             for sentence_ids in order[position:]:
                 if step >= total:
                     break
-                batch = _to_tensors(make_batch(data, sentence_ids))
+                batch = _to_tensors(make_batch(data, sentence_ids, dtype=self.model.dtype.as_numpy_dtype))
                 seed = tf.constant([cfg.seed, step], dtype=tf.int32)
                 loss, metrics, applied = self._step_fn(batch, seed)
                 step += 1

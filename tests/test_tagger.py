@@ -1,0 +1,262 @@
+"""The structured GP tagger: ELBO pieces against independent computations, estimators,
+persistence, resume, and learning on the bundled sample."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from gpseq.corpora.types import Sentence
+from gpseq.features import Featurizer, get_preset
+from gpseq.structured.model import ModelConfig, StructuredGP
+from gpseq.tagger import Tagger, TaggerConfig
+from gpseq.training.batching import SequenceData, make_batch
+from gpseq.training.trainer import TrainingConfig
+
+tfd = tfp.distributions
+
+
+# ---- a tiny model over a hand-made sparse design ------------------------------------------------
+def _tiny_data(seed=0, n_seq=4, max_len=3, n_features=6, n_labels=2):
+    rng = np.random.default_rng(seed)
+    import scipy.sparse as sp
+
+    lengths = rng.integers(1, max_len + 1, size=n_seq)
+    n_tok = int(lengths.sum())
+    dense = (rng.random((n_tok, n_features)) < 0.4).astype(np.float64)
+    dense[:, 0] = 0.0  # column 0 is the padding column
+    dense[np.arange(n_tok), 1 + rng.integers(0, n_features - 1, n_tok)] = 1.0  # ≥ 1 feature each
+    rows = sp.csr_matrix(dense)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    labels = rng.integers(0, n_labels, size=n_tok).astype(np.int32)
+    return SequenceData(rows, offsets, labels), dense
+
+
+def _tiny_model(kernel="linear+rbf", n_features=6, n_labels=2, seed=0, **overrides):
+    rng = np.random.default_rng(seed + 100)
+    config = ModelConfig(kernel=kernel, num_inducing=3, rbf_conditional="full", **overrides)
+    Z = (rng.random((3, n_features)) < 0.5).astype(np.float64)
+    Z[:, 0] = 0.0
+    model = StructuredGP(config, n_features, n_labels, Z if config.has_inducing else None, dtype=tf.float64)
+    # move the variational parameters away from their initial values
+    for variable in model.trainable_variables:
+        variable.assign(variable + 0.3 * rng.standard_normal(variable.shape))
+    return model, Z
+
+
+def _batch(data):
+    return {k: tf.convert_to_tensor(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
+
+
+def test_pairwise_and_weight_kl_equal_tfp_closed_form():
+    model, _ = _tiny_model(kernel="linear")
+    V = model.num_labels
+    q = tfd.Normal(model.pairwise_mean, tf.sqrt(tf.convert_to_tensor(model.pairwise_variance)))
+    p = tfd.Normal(tf.zeros([V, V], tf.float64), tf.sqrt(tf.constant(model.config.pairwise_prior_variance, tf.float64)))
+    expected = tf.reduce_sum(tfd.kl_divergence(q, p))
+    np.testing.assert_allclose(model._pairwise_kl().numpy(), expected.numpy(), rtol=1e-12)
+    qw = tfd.Normal(model.linear.q_mu, tf.sqrt(tf.convert_to_tensor(model.linear.q_variance)))
+    pw = tfd.Normal(tf.constant(0.0, tf.float64), tf.sqrt(tf.constant(model.config.prior_variance, tf.float64)))
+    total = expected + tf.reduce_sum(tfd.kl_divergence(qw, pw))
+    np.testing.assert_allclose(model.prior_kl().numpy(), total.numpy(), rtol=1e-10)
+
+
+def _unary_gaussians(model, Z, dense, data):
+    """Exact per-sequence Gaussian of the unaries, computed densely in NumPy (seed eqs. 15–18)."""
+    import scipy.linalg
+
+    mu = model.linear.q_mu.numpy()
+    s = np.asarray(model.linear.q_variance)
+    bias = model.label_bias.numpy()
+    variance = float(tf.convert_to_tensor(model.kernel.variance))
+    lengthscale = float(np.squeeze(tf.convert_to_tensor(model.kernel.lengthscales)))
+
+    def rbf(a, b):
+        d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+        return variance * np.exp(-0.5 * d2 / lengthscale**2)
+
+    kzz = rbf(Z, Z) + model.config.jitter * np.eye(len(Z))
+    L = np.linalg.cholesky(kzz)
+    q_mu = model.inducing.q_mu.numpy()[0]  # [M, V] whitened
+    q_sqrt = np.asarray(model._inducing_scale())[0]  # [V, M, M]
+    out = []
+    for b in range(len(data)):
+        X = dense[data.offsets[b] : data.offsets[b + 1]]
+        kxz = rbf(X, Z)
+        A_w = scipy.linalg.solve_triangular(L, kxz.T, lower=True).T  # K_xz L^-T
+        cond = rbf(X, X) - A_w @ A_w.T
+        means, covs = [], []
+        for j in range(model.num_labels):
+            means.append(bias[j] + X @ mu[:, j] + A_w @ q_mu[:, j])
+            Sj = q_sqrt[j] @ q_sqrt[j].T
+            covs.append(X @ np.diag(s[:, j]) @ X.T + cond + A_w @ Sj @ A_w.T)
+        out.append((np.array(means), np.array(covs)))
+    return out
+
+
+def _brute_log_lik(labels, unary, pairwise):
+    T, V = unary.shape
+    scores = []
+    for path in itertools.product(range(V), repeat=T):
+        scores.append(sum(unary[t, path[t]] for t in range(T)) + sum(pairwise[path[t], path[t + 1]] for t in range(T - 1)))
+    gold = sum(unary[t, labels[t]] for t in range(T)) + sum(pairwise[labels[t], labels[t + 1]] for t in range(T - 1))
+    return gold - np.logaddexp.reduce(scores)
+
+
+def test_expected_log_likelihood_matches_independent_monte_carlo():
+    data, dense = _tiny_data(seed=3)
+    model, Z = _tiny_model(seed=3)
+    batch = _batch(data)
+    estimate = np.mean([model.expected_log_likelihood(batch, 200, tf.constant([i, 1])).numpy() for i in range(10)])
+    # independent: exact T_n-dimensional Gaussians (NumPy), numpy sampling, brute-force chain
+    rng = np.random.default_rng(0)
+    gaussians = _unary_gaussians(model, Z, dense, data)
+    pair_mean = model.pairwise_mean.numpy()
+    pair_sd = np.sqrt(np.asarray(model.pairwise_variance))
+    n = 2000
+    total = 0.0
+    for b, (means, covs) in enumerate(gaussians):
+        labels = data.label_ids[data.offsets[b] : data.offsets[b + 1]]
+        T = len(labels)
+        chols = [np.linalg.cholesky(c + 1e-9 * np.eye(T)) for c in covs]
+        vals = []
+        for _ in range(n):
+            unary = np.stack([means[j] + chols[j] @ rng.standard_normal(T) for j in range(len(means))], -1)
+            pairwise = pair_mean + pair_sd * rng.standard_normal(pair_mean.shape)
+            vals.append(_brute_log_lik(labels, unary, pairwise))
+        total += np.mean(vals)
+    assert abs(estimate - total) < 0.05 * abs(total) + 0.05
+
+
+def _gradients(model, batch, estimator, n_rep, num_samples):
+    model.config.estimator = estimator
+    variables = [model.linear.q_mu, model.pairwise_mean]
+    grads = []
+    for rep in range(n_rep):
+        with tf.GradientTape() as tape:
+            ell = model.expected_log_likelihood(batch, num_samples, tf.constant([rep, 7]))
+        grads.append(np.concatenate([tf.convert_to_tensor(g).numpy().ravel() for g in tape.gradient(ell, variables)]))
+    return np.array(grads)
+
+
+def test_score_function_gradients_agree_with_pathwise_in_expectation_and_cv_reduces_variance():
+    data, _ = _tiny_data(seed=5, n_seq=2)
+    model, _ = _tiny_model(kernel="linear", seed=5)
+    batch = _batch(data)
+    path = _gradients(model, batch, "pathwise", 200, 8)
+    score = _gradients(model, batch, "score", 200, 8)
+    mean_path, mean_score = path.mean(0), score.mean(0)
+    se = np.sqrt(path.var(0) / len(path) + score.var(0) / len(score))
+    active = se > 0
+    z = np.abs(mean_path - mean_score)[active] / se[active]
+    assert np.mean(z < 3.5) > 0.95, z
+    # control variates: the same estimator without them has a larger variance
+    from gpseq.structured import estimators
+
+    with_cv = score.var(0).sum()
+    original = estimators.score_function_surrogate
+
+    def no_cv(values, log_densities, scores, use_control_variates=True):
+        return original(values, log_densities, scores, use_control_variates=False)
+
+    estimators.score_function_surrogate = no_cv
+    try:
+        without_cv = _gradients(model, batch, "score", 200, 8).var(0).sum()
+    finally:
+        estimators.score_function_surrogate = original
+    assert with_cv < 0.8 * without_cv, (with_cv, without_cv)
+
+
+def test_black_box_numpy_likelihood_trains_with_score_estimator():
+    """A likelihood TensorFlow cannot differentiate (tf.numpy_function) still gets gradients."""
+    data, _ = _tiny_data(seed=2, n_seq=3)
+    model, _ = _tiny_model(kernel="linear", seed=2, estimator="score")
+
+    def numpy_chain_log_lik(labels, unary, pairwise, lengths):
+        lead = unary.shape[:-3]
+        out = np.zeros(lead + (unary.shape[-3],))
+        pw = np.broadcast_to(pairwise, lead + (unary.shape[-3],) + pairwise.shape[-2:])
+        for index in np.ndindex(*lead, unary.shape[-3]):
+            b = index[-1]
+            T = lengths[b]
+            out[index] = _brute_log_lik(labels[b, :T], unary[index][:T], pw[index])
+        return out
+
+    model.black_box_log_likelihood = numpy_chain_log_lik
+    batch = _batch(data)
+    with tf.GradientTape() as tape:
+        ell_box = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
+    grads = tape.gradient(ell_box, [model.linear.q_mu])
+    assert grads[0] is not None and np.abs(tf.convert_to_tensor(grads[0]).numpy()).sum() > 0
+    model.black_box_log_likelihood = None
+    ell_tf = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
+    np.testing.assert_allclose(ell_box.numpy(), ell_tf.numpy(), rtol=1e-8)
+
+
+# ---- the Tagger end to end on the bundled sample -------------------------------------------------
+def _sample(split, sample_dir):
+    from gpseq.corpora import read_conll
+
+    return read_conll(sample_dir / f"{split}.conll")
+
+
+def _quick_config(dtype="float32", **training):
+    params = dict(epochs=3, batch_size=16, learning_rate=0.05, checkpoint_every=5, seed=1, early_stopping="none")
+    params.update(training)
+    return TaggerConfig(
+        features=get_preset("chunking"),
+        model=ModelConfig(num_inducing=8),
+        training=TrainingConfig(**params),
+        predict_samples=4,
+        dtype=dtype,
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(sample_dir, tmp_path_factory):
+    train = _sample("train", sample_dir)
+    return Tagger.train(train, _quick_config()), train
+
+
+def test_tagger_learns_the_sample_better_than_chance(trained, sample_dir):
+    tagger, train = trained
+    test = _sample("test", sample_dir)
+    report = tagger.evaluate(test).to_dict()
+    majority = max(
+        sum(label == candidate for s in train for label in s.labels) for candidate in tagger.labels
+    ) / sum(len(s) for s in train)
+    assert report["token_accuracy"] > majority + 0.2
+    tagged = tagger.tag(test[:3])
+    for result in tagged:
+        np.testing.assert_allclose(result.probabilities.sum(-1), 1.0, atol=1e-5)
+
+
+def test_save_load_gives_identical_predictions(trained, sample_dir, tmp_path):
+    tagger, _ = trained
+    test = _sample("test", sample_dir)[:20]
+    tagger.save(tmp_path / "model")
+    meta = json.loads((tmp_path / "model" / "tagger.json").read_text())
+    assert meta["format_version"] == 1 and meta["labels"] == tagger.labels
+    loaded = Tagger.load(tmp_path / "model")
+    for a, b in zip(tagger.tag(test), loaded.tag(test)):
+        assert a.labels == b.labels
+        # float32 model: equal to float32 round-off (reduction order may differ between graphs)
+        np.testing.assert_allclose(a.probabilities, b.probabilities, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a.sequence_log_prob, b.sequence_log_prob, rtol=1e-4, atol=1e-4)
+
+
+def test_resume_continues_from_the_checkpoint(sample_dir, tmp_path):
+    train = _sample("train", sample_dir)[:60]
+    config = _quick_config("float64", max_steps=8, epochs=10)
+    straight = Tagger.train(train, config)
+    interrupted = _quick_config("float64", max_steps=5, epochs=10)
+    Tagger.train(train, interrupted, checkpoint_dir=tmp_path / "ckpt")
+    resumed = Tagger.train(train, config, checkpoint_dir=tmp_path / "ckpt", resume=True)
+    assert resumed.scores["steps"] == 8
+    for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
