@@ -84,27 +84,59 @@ def _configure_logging(verbose: bool) -> None:
     logger.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+def _tagger_module():
+    """`gpseq.tagger` (imports TensorFlow, quietly unless --verbose)."""
+    _quiet_tensorflow(_state["verbose"])
+    import gpseq.tagger
+
+    return gpseq.tagger
+
+
+def _quiet_tensorflow(verbose: bool) -> None:
+    """Keep TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) off stderr unless --verbose.
+
+    TF_CPP_MIN_LOG_LEVEL=3 silences its logging after start-up, but a few lines are written to
+    file descriptor 2 while the shared libraries load, before that setting is read; so the import
+    itself runs with fd 2 pointed at /dev/null. Import errors still raise as Python exceptions.
+    """
+    if verbose or "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # e.g. retracing notices
+
+
 def _command(function):
     """Run a command, turning gpseq errors into one stderr line and their exit code."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         verbose = bool(kwargs.get("verbose")) or _state["verbose"]
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        _state["verbose"] = verbose
         _configure_logging(verbose)
         try:
             return function(*args, **kwargs)
         except typer.Exit:
             raise
         except GpseqError as error:
-            failure = error
+            failure, trace = error, traceback.format_exc()
         except FileNotFoundError as error:  # e.g. an output file in a directory that does not exist
             failure = InputFormatError(error.filename or "?", None, error.strerror or "no such file")
+            trace = traceback.format_exc()
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
         if verbose:
-            typer.echo(traceback.format_exc(), err=True)
+            typer.echo(trace, err=True)
         typer.echo(f"error: {failure}", err=True)
         code = failure.exit_code
         raise typer.Exit(code)
@@ -153,9 +185,8 @@ def _read_corpus(path: Path, token_column: int, label_column: int, encoding: str
 
 
 def _load_tagger(model_dir: Path):
-    from gpseq.tagger import Tagger
-
-    return Tagger.load(_require_model_dir(model_dir))
+    _require_model_dir(model_dir)
+    return _tagger_module().Tagger.load(model_dir)
 
 
 def _parse_value(text: str):
@@ -188,7 +219,8 @@ def _build_config(config_file, features, likelihood, inducing, epochs, max_steps
                   devices, strategy, overrides):
     """The TaggerConfig: library defaults ← --config JSON ← named options ← --set overrides."""
     from gpseq.features import FeatureConfig, get_preset, list_presets
-    from gpseq.tagger import TaggerConfig
+
+    TaggerConfig = _tagger_module().TaggerConfig
 
     if config_file is not None:
         _require_file(config_file)
@@ -260,8 +292,8 @@ class _TrainProgress:
                                    TimeRemainingColumn)
 
         self.bar = Progress(
-            TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("[bold]training"), BarColumn(bar_width=24), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(compact=True),
             TextColumn("{task.fields[elbo]}"), TextColumn("{task.fields[dev]}"),
             console=console, transient=False,
         )
@@ -331,8 +363,7 @@ def train(
     if output.exists() and not (output / "tagger.json").is_file():
         raise ConfigError(f"{output}: exists and is not a gpseq model directory; refusing to replace it")
 
-    from gpseq.tagger import Tagger
-
+    Tagger = _tagger_module().Tagger
     err = _stderr()
     started = time.perf_counter()
     with _TrainProgress(err) as bar:
@@ -422,6 +453,7 @@ def _iter_text(source, name: str, encoding: str, nlp, max_block_chars: int = 100
             for token in tokens:
                 following = doc[token.i + 1] if token.i + 1 < len(doc) else None
                 spaces.append(bool(token.whitespace_) or (following is not None and following.is_space))
+            spaces[-1] = False  # each sentence becomes its own Doc: no trailing space
             line = first + text.count("\n", 0, tokens[0].idx)
             yield _Item(Sentence([t.text for t in tokens], source=name, line=line), spaces)
 
