@@ -123,3 +123,21 @@ def test_safe_cholesky_escalates_and_raises():
         safe_cholesky(-np.eye(3), jitter=1e-6, max_tries=3)
     compiled = tf.function(lambda m: safe_cholesky(m, jitter=1e-8), jit_compile=True)
     np.testing.assert_allclose(compiled(batch), chol, rtol=1e-12)
+
+
+def test_safe_cholesky_gradient_under_xla_through_escalation():
+    base = tf.constant([[1.0, 1.0], [1.0, 1.0 - 1e-4]], tf.float64)  # indefinite until jitter ≥ ~1e-4
+
+    @tf.function(jit_compile=True)
+    def fn(scale):
+        with tf.GradientTape() as tape:
+            tape.watch(scale)
+            out = tf.reduce_sum(safe_cholesky(scale * base, jitter=1e-8))
+        return out, tape.gradient(out, scale)
+
+    value, grad = fn(tf.constant(1.0, tf.float64))
+    eps = 1e-6
+    # finite difference at the escalated jitter (1e-8·10⁴ = 1e-4: the smallest making it definite)
+    f = lambda s: np.linalg.cholesky(s * base.numpy() + 1e-4 * np.eye(2)).sum()  # noqa: E731
+    np.testing.assert_allclose(value, f(1.0), rtol=1e-8)
+    np.testing.assert_allclose(grad, (f(1 + eps) - f(1 - eps)) / (2 * eps), rtol=1e-5)
