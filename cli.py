@@ -484,10 +484,7 @@ def _iter_inputs(files: list[Path], input_format: str, token_column: int, encodi
         _require_file(path)
         source = sys.stdin.buffer if stdin else path
         name = "<stdin>" if stdin else str(path)
-        fmt = input_format
-        if fmt == "auto":
-            fmt = "conll" if (not stdin and path.suffix.lower() in _CONLL_SUFFIXES) else "text"
-        if fmt == "conll":
+        if _input_format(path, input_format) == "conll":
             for sentence in iter_conll(source, token_column=token_column, label_column=None, encoding=encoding,
                                        name=name):
                 yield _Item(sentence, None)
@@ -618,6 +615,26 @@ class _DocBinWriter:
             tmp.unlink(missing_ok=True)
 
 
+def _input_format(path: Path, input_format: str) -> str:
+    if input_format != "auto":
+        return input_format
+    return "conll" if (str(path) != "-" and path.suffix.lower() in _CONLL_SUFFIXES) else "text"
+
+
+def _check_text_input(tagger, files: list[Path], input_format: str) -> None:
+    """Raw text has only tokens: refuse it up front for a model whose features read other corpus columns."""
+    features = tagger.featurizer.config
+    columns = sorted(c for c in features.sources() if isinstance(c, int) and c > 0)
+    text = [path for path in files if _input_format(path, input_format) == "text"]
+    if columns and text:
+        raise ConfigError(
+            f"{text[0]}: raw text has only tokens, but this model's features "
+            f"(preset {features.preset!r}) read corpus column(s) {columns}; tag a CoNLL "
+            "file that has them (--input-format conll), or train with features that raw text can "
+            "feed (e.g. --features ner or pos)"
+        )
+
+
 @app.command(epilog=TAG_EXAMPLES)
 @_command
 def tag(
@@ -651,6 +668,7 @@ def tag(
         _require_file(path)
     tagger = _load_tagger(model_dir)
     lang = tagger.config.features.lang
+    _check_text_input(tagger, files, input_format)
     scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
 
     handle = None

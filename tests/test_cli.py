@@ -447,6 +447,22 @@ def test_verbose_shows_the_traceback(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
+@pytest.mark.slow
+def test_model_reading_the_pos_column_tags_conll_and_refuses_raw_text(sample, tmp_path, text_file):
+    """The chunking preset reads column 1 (POS): CoNLL input with that column works, raw text is exit 4."""
+    model_dir = tmp_path / "chunking"
+    result = invoke("train", sample / "train.conll", "-o", model_dir, "--features", "chunking", "--inducing", "4",
+                    "--max-steps", "2", "--set", "training.dev_fraction=0", "--set", "predict_samples=2")
+    assert result.exit_code == 0, result.stderr
+    tagged = invoke("tag", model_dir, sample / "test.conll", "--mean")
+    assert tagged.exit_code == 0, tagged.stderr
+    gold = read_first_columns(sample / "test.conll")
+    assert [[row[0] for row in s] for s in parse_conll_output(tagged.stdout)] == [[r[0] for r in s] for s in gold]
+    refused = invoke("tag", model_dir, text_file)
+    assert refused.exit_code == 4
+    assert "column(s) [1]" in one_line(refused)
+
+
 # ---------------------------------------------------------------------------------------------
 # subprocess: `python cli.py` from the checkout and the installed `gpseq` console script
 # ---------------------------------------------------------------------------------------------
