@@ -30,7 +30,7 @@ from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
 from gpseq.structured.model import ModelConfig
-from gpseq.training.batching import SequenceData, bucketed_batches, make_batch
+from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
 from gpseq.training.trainer import Progress, Trainer, TrainingConfig
 
 FORMAT_VERSION = 1
@@ -131,6 +131,7 @@ class Tagger:
         self.scores = dict(scores or {})
         self._predict_fn = None
         self._mean_fn = None
+        self._gold_fn = None
 
     # ---- training -----------------------------------------------------------------------------
     @classmethod
@@ -236,7 +237,7 @@ class Tagger:
                 logp = chain.log_likelihood(path, unary, pairwise, batch["lengths"])
                 return marg, path, logp
 
-            self._mean_fn = tf.function(mean_fn, reduce_retracing=True)
+            self._mean_fn = tf.function(mean_fn, input_signature=[batch_signature(model.dtype)])
         if not mean and self._predict_fn is None:
 
             def predict_fn(batch, num_samples, seed):
@@ -246,7 +247,10 @@ class Tagger:
                 logp = _mc_log_prob(model, path, unary, pairwise, batch["lengths"])
                 return marg, path, logp
 
-            self._predict_fn = tf.function(predict_fn, reduce_retracing=True)
+            self._predict_fn = tf.function(
+                predict_fn,
+                input_signature=[batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32)],
+            )
         return self._mean_fn if mean else self._predict_fn
 
     def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool = False,
@@ -263,7 +267,7 @@ class Tagger:
             if mean:
                 marg, path, logp = fn(batch)
             else:
-                marg, path, logp = fn(batch, samples, tf.constant([seed, number], tf.int32))
+                marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant([seed, number], tf.int32))
             yield ids, marg.numpy(), path.numpy(), logp.numpy()
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool = False,
@@ -307,32 +311,49 @@ class Tagger:
             n_bins=n_bins,
         )
 
-    def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool = False,
-                       batch_size: int = 128, seed: int = 1) -> np.ndarray:
-        """log p(gold path | X) per sentence (−inf when a gold label was never seen in training)."""
+    def _compiled_gold(self):
         import tensorflow as tf
 
         from gpseq.structured import chain
+
+        if getattr(self, "_gold_fn", None) is None:
+            model = self.model
+            signature = [batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32),
+                         tf.TensorSpec([], tf.bool)]
+
+            def gold_fn(batch, num_samples, seed, mean):
+                def mean_mode():
+                    unary, pairwise = model.mean_potentials(batch)
+                    return chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
+
+                def mc_mode():
+                    _, unary, pairwise = model.predict_marginals(batch, num_samples, seed)
+                    return _mc_log_prob(model, batch["labels"], unary, pairwise, batch["lengths"])
+
+                return tf.cond(mean, mean_mode, mc_mode)
+
+            self._gold_fn = tf.function(gold_fn, input_signature=signature)
+        return self._gold_fn
+
+    def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool = False,
+                       batch_size: int = 128, seed: int = 1) -> np.ndarray:
+        """log p(gold path | X) per sentence: log E_q[p(y | f)] by Monte Carlo (log-mean-exp over
+        `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training."""
+        import tensorflow as tf
 
         corpus = list(corpus)
         data = self._sequence_data(self.featurizer, corpus, self.label_index)
         out = np.full(len(corpus), -np.inf)
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
-        samples = samples or self.config.predict_samples
+        samples = tf.constant(samples or self.config.predict_samples, tf.int32)
+        fn = self._compiled_gold()
         for number, ids in enumerate(bucketed_batches(data.lengths, batch_size, None)):
             raw = make_batch(data, ids, dtype=dtype)
             unseen = (raw["labels"] < 0).any(axis=1)
             raw["labels"] = np.maximum(raw["labels"], 0)
             batch = {k: tf.convert_to_tensor(v) for k, v in raw.items()}
-            if mean:
-                unary, pairwise = self.model.mean_potentials(batch)
-                logp = chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"]).numpy()
-            else:
-                seeds = tf.constant([seed, number], tf.int32)
-                _, unary, pairwise = self.model.predict_marginals(batch, samples, seeds)
-                logp = _mc_log_prob(self.model, batch["labels"], unary, pairwise, batch["lengths"]).numpy()
-            logp = np.where(unseen, -np.inf, logp)
-            out[ids] = logp
+            logp = fn(batch, samples, tf.constant([seed, number], tf.int32), tf.constant(mean)).numpy()
+            out[ids] = np.where(unseen, -np.inf, logp)
         return out
 
     # ---- persistence --------------------------------------------------------------------------

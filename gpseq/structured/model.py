@@ -355,7 +355,7 @@ class StructuredGP(tf.Module):
         pairwise = self.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
         marg = chain.unary_marginals(unary, pairwise, batch["lengths"])  # [K, S, B, T, V]
         weights = self._mixture_weights()
-        return tf.einsum("k,ksbtv->btv", weights, marg) / num_samples, unary, pairwise
+        return tf.einsum("k,ksbtv->btv", weights, marg) / tf.cast(num_samples, marg.dtype), unary, pairwise
 
     # ---- persistence as plain arrays ----------------------------------------------------------
     def _variables_by_path(self) -> dict[str, tf.Variable]:

@@ -121,3 +121,16 @@ def bucketed_batches(
     if rng is not None:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def batch_signature(dtype) -> dict:
+    """`tf.TensorSpec`s of a batch with unknown sizes, so a compiled step traces once."""
+    import tensorflow as tf
+
+    return {
+        "indices": tf.TensorSpec([None, None, None], tf.int32),
+        "values": tf.TensorSpec([None, None, None], dtype),
+        "feature_ids": tf.TensorSpec([None], tf.int32),
+        "labels": tf.TensorSpec([None, None], tf.int32),
+        "lengths": tf.TensorSpec([None], tf.int32),
+    }

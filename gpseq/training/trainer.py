@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError, NumericalError
-from gpseq.training.batching import SequenceData, bucketed_batches, make_batch
+from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
 
 log = logging.getLogger("gpseq.training")
 
@@ -135,7 +135,8 @@ class Trainer:
             applied = tf.cond(finite, apply, lambda: tf.constant(False))
             return loss, metrics, applied
 
-        return tf.function(step, jit_compile=self.config.jit_compile, reduce_retracing=True)
+        signature = [batch_signature(self.model.dtype), tf.TensorSpec([2], tf.int32)]
+        return tf.function(step, jit_compile=self.config.jit_compile, input_signature=signature)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def _checkpoint(self) -> tf.train.Checkpoint:
