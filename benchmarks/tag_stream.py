@@ -6,8 +6,9 @@ Builds the raw text by repeating the sentences of the bundled sample corpus (cor
 tokens joined with spaces, a blank line every 8 sentences), trains a small model with the CLI
 unless --model is given, then runs `python cli.py tag MODEL FILE -o OUT` in a subprocess for each
 batch size and reads that child's peak RSS from os.wait4 (its own rusage, not the parent's). Bounded
-memory shows as a peak RSS that does not grow with the input: the same command on a 10× smaller
-file is measured beside it. There is no peer tool here: the figure is gpseq's own.
+memory shows as a peak RSS that does not grow with the input: the same command on one sentence
+(start-up: TensorFlow, model load, first traces) and on a 10× smaller file is measured beside it.
+There is no peer tool here: the figures are gpseq's own.
 """
 
 from __future__ import annotations
@@ -131,19 +132,22 @@ def main() -> None:
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
         }
+        one = tmp / "one.txt"
+        one.write_text(sentences[0] + "\n", encoding="utf-8")
         rows = []
         for batch_size in batch_sizes:
             common = [*mode, "--batch-size", str(batch_size), "-o", str(out)]
+            # start-up alone (TF import, model load, first trace): one sentence
+            seconds_one, rss_one, _ = run_measured([*cli, "tag", str(model), str(one), *common])
             seconds_small, rss_small, _ = run_measured([*cli, "tag", str(model), str(small), *common])
             seconds, rss, _ = run_measured([*cli, "tag", str(model), str(big), *common])
             tokens, n_sentences = count_tokens(out)
-            # tokens/s over the whole command, and net of start-up (model load, TF import) estimated
-            # from the small run: (big − small) tokens / (big − small) seconds.
-            small_tokens = tokens * small_size / size
-            net = (tokens - small_tokens) / max(1e-9, seconds - seconds_small)
-            rows.append((batch_size, tokens, n_sentences, seconds, tokens / seconds, net, rss_small, rss))
-            figures[f"peak_rss_mib_b{batch_size}"] = round(rss, 1)
+            net = tokens / max(1e-9, seconds - seconds_one)  # tokens/s net of start-up
+            rows.append((batch_size, seconds_one, seconds, tokens / seconds, net, rss_one, rss_small, rss))
+            figures[f"startup_s_b{batch_size}"] = round(seconds_one, 2)
+            figures[f"peak_rss_mib_startup_b{batch_size}"] = round(rss_one, 1)
             figures[f"peak_rss_mib_small_b{batch_size}"] = round(rss_small, 1)
+            figures[f"peak_rss_mib_b{batch_size}"] = round(rss, 1)
             figures[f"seconds_b{batch_size}"] = round(seconds, 2)
             figures[f"tokens_per_s_b{batch_size}"] = round(tokens / seconds, 1)
             figures[f"tokens_per_s_net_b{batch_size}"] = round(net, 1)
@@ -152,11 +156,13 @@ def main() -> None:
 
     print(f"\n`gpseq tag` on {size / 1e6:.2f} MB of raw text ({figures['tokens']:,} tokens, "
           f"{figures['sentences']:,} sentences; {figures['mode']}), beside a {small_size / 1e6:.2f} MB file")
-    header = f"{'batch':>6} {'seconds':>8} {'tok/s':>8} {'tok/s net':>10} {'RSS small MiB':>14} {'RSS MiB':>11}"
+    header = (f"{'batch':>6} {'start-up s':>10} {'total s':>8} {'tok/s':>8} {'tok/s net':>10} "
+              f"{'RSS 1 sent.':>11} {'RSS 0.1x':>9} {'RSS 1x':>8}  (MiB)")
     print(header)
     print("-" * len(header))
-    for batch_size, tokens, n_sentences, seconds, rate, net, rss_small, rss in rows:
-        print(f"{batch_size:>6} {seconds:>8.1f} {rate:>8.0f} {net:>10.0f} {rss_small:>14.0f} {rss:>11.0f}")
+    for batch_size, seconds_one, seconds, rate, net, rss_one, rss_small, rss in rows:
+        print(f"{batch_size:>6} {seconds_one:>10.1f} {seconds:>8.1f} {rate:>8.0f} {net:>10.0f} "
+              f"{rss_one:>11.0f} {rss_small:>9.0f} {rss:>8.0f}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"\nfigures → {args.json}")
