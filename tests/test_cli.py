@@ -177,6 +177,35 @@ def test_set_parses_json_values_and_rejects_unknown_keys():
         cli._apply_override(data, "model.prior_variance")
 
 
+def test_config_precedence_defaults_file_options_set(tmp_path):
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({"model": {"num_inducing": 5, "likelihood": "exact"},
+                                       "training": {"epochs": 2, "seed": 11}}))
+    config = cli._build_config(config_file, "pos", "pseudo", None, None, 7, None, "bioes", None, None,
+                               ["training.epochs=3", "model.prior_variance=2.5"])
+    assert config.model.num_inducing == 5  # file
+    assert config.training.seed == 11  # file
+    assert config.model.likelihood == "pseudo"  # option over file
+    assert config.features.preset == "pos"
+    assert config.training.max_steps == 7
+    assert config.tag_scheme == "bioes"
+    assert config.training.epochs == 3  # --set over file
+    assert config.model.prior_variance == 2.5
+    from gpseq.tagger import TaggerConfig
+
+    assert config.training.batch_size == TaggerConfig().training.batch_size  # untouched default
+
+
+def test_invalid_config_json_names_file_and_line(tmp_path):
+    train = tmp_path / "t.conll"
+    train.write_text("The DT B-NP\n\n", encoding="utf-8")
+    config_file = tmp_path / "config.json"
+    config_file.write_text('{\n  "model": {"num_inducing": 5,}\n}\n')
+    result = invoke("train", train, "-o", tmp_path / "m", "--config", config_file)
+    assert result.exit_code == 2
+    assert f"{config_file}:2:" in one_line(result)
+
+
 # ---------------------------------------------------------------------------------------------
 # tag
 # ---------------------------------------------------------------------------------------------
