@@ -256,9 +256,16 @@ class Tagger:
     def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool = False,
                         batch_size: int = 128, seed: int = 0):
         """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
+        yield from self.predict_features(self.featurizer.transform(sentences), samples=samples, mean=mean,
+                                         batch_size=batch_size, seed=seed)
+
+    def predict_features(self, matrix, *, samples: int | None = None, mean: bool = False,
+                         batch_size: int = 128, seed: int = 0):
+        """`predict_batches` for a FeatureMatrix (e.g. `featurizer.transform_docs(docs)`, rows `[N, D]`):
+        yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         import tensorflow as tf
 
-        data = self._sequence_data(self.featurizer, sentences, None)
+        data = SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), None)
         samples = samples or self.config.predict_samples
         fn = self._compiled(mean)
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
