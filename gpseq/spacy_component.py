@@ -1,0 +1,384 @@
+"""The spaCy factory `gpseq`: a trained gpseq model as a pipeline component.
+
+    nlp = spacy.blank("en"); nlp.add_pipe("sentencizer")
+    nlp.add_pipe("gpseq", name="pos", config={"model": "models/en_pos_conll2000", "extension": "pos_probs"})
+    nlp.add_pipe("gpseq", name="chunker", config={"model": "models/en_chunk_conll2000"})
+    doc = nlp("The committee approved the budget.")
+    [t.tag_ for t in doc], doc.spans["gpseq"], doc[0]._.gpseq_probs, doc.spans["gpseq"][0]._.gpseq_prob
+
+The factory is registered through the `spacy_factories` entry point, so `add_pipe("gpseq")`
+works without importing gpseq first. What the component writes depends on the model's labels
+(`task="auto"`):
+- chunk labels of the model's tag scheme (B-NP, I-PER, …) → `doc.spans[spans_key]` (with
+  `attrs["scores"]`), or `doc.ents` when the model's features are the `ner` preset;
+- other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
+  tag or a Penn Treebank tag (mapped by `UPOS_FROM_PTB`).
+Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
+calibrated marginals (Monte Carlo over q(f), or the posterior mean with `mean=True`); every
+predicted span gets `span._.<span_extension>` = Π_t p(y_t = label_t | X) over its tokens, the
+same documented approximation as `gpseq tag` (it ignores the correlation of neighbouring
+labels). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
+`tag_`) read them from what earlier components wrote.
+
+Sequences: each sentence when the Doc has sentence boundaries (add a `sentencizer`), else the
+whole Doc; whitespace tokens are left out of the sequence and left untagged (as `gpseq tag`
+does). The model is loaded lazily (first use, `initialize`, or `to_disk`) from `model`, or by
+`from_disk` from the pipeline directory, so `nlp.to_disk()` → `spacy.load()` does not need the
+original model directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+from spacy.language import Language
+from spacy.tokens import Doc, Span, Token
+from spacy.util import minibatch
+
+from gpseq.errors import ConfigError, ModelFormatError
+
+TASKS = ("auto", "tag", "spans", "ents")
+_DATA_KEY = "gpseq"  # doc.user_data[("gpseq", extension)] = {"labels": [V], "probs": [N_doc, V]}
+_MODEL_SUBDIR = "model"
+
+# Penn Treebank → Universal POS (the usual UD conversion; CoNLL-2000 spells brackets "(" ")").
+UPOS_FROM_PTB = {
+    "#": "SYM", "$": "SYM", "''": "PUNCT", "``": "PUNCT", ",": "PUNCT", ".": "PUNCT", ":": "PUNCT",
+    "(": "PUNCT", ")": "PUNCT", "-LRB-": "PUNCT", "-RRB-": "PUNCT", "HYPH": "PUNCT", "NFP": "PUNCT",
+    "AFX": "ADJ", "CC": "CCONJ", "CD": "NUM", "DT": "DET", "EX": "PRON", "FW": "X", "IN": "ADP",
+    "JJ": "ADJ", "JJR": "ADJ", "JJS": "ADJ", "LS": "X", "MD": "AUX", "NN": "NOUN", "NNS": "NOUN",
+    "NNP": "PROPN", "NNPS": "PROPN", "PDT": "DET", "POS": "PART", "PRP": "PRON", "PRP$": "PRON",
+    "RB": "ADV", "RBR": "ADV", "RBS": "ADV", "RP": "ADP", "SYM": "SYM", "TO": "PART", "UH": "INTJ",
+    "VB": "VERB", "VBD": "VERB", "VBG": "VERB", "VBN": "VERB", "VBP": "VERB", "VBZ": "VERB",
+    "WDT": "PRON", "WP": "PRON", "WP$": "PRON", "WRB": "ADV", "ADD": "X", "GW": "X", "XX": "X",
+    "NIL": "X", "-NONE-": "X", "_SP": "SPACE",
+}
+# Token attribute a feature may read → the name `Doc.has_annotation` knows it by.
+_ANNOTATION = {"tag_": "TAG", "tag": "TAG", "pos_": "POS", "pos": "POS", "lemma_": "LEMMA", "lemma": "LEMMA",
+               "dep_": "DEP", "dep": "DEP", "ent_type_": "ENT_IOB", "ent_iob_": "ENT_IOB", "morph": "MORPH"}
+
+
+@Language.factory(
+    "gpseq",
+    default_config={
+        "model": None,
+        "task": "auto",
+        "spans_key": "gpseq",
+        "extension": "gpseq_probs",
+        "span_extension": "gpseq_prob",
+        "set_pos": True,
+        "samples": None,
+        "mean": False,
+        "decode": None,
+        "batch_size": 256,
+        "seed": 0,
+    },
+)
+def make_gpseq(
+    nlp: Language,
+    name: str,
+    model: str | None,
+    task: str,
+    spans_key: str,
+    extension: str,
+    span_extension: str,
+    set_pos: bool,
+    samples: int | None,
+    mean: bool,
+    decode: str | None,
+    batch_size: int,
+    seed: int,
+) -> "GpseqComponent":
+    """Build the `gpseq` component (see the module docstring for what each setting does)."""
+    return GpseqComponent(nlp, name, model=model, task=task, spans_key=spans_key, extension=extension,
+                          span_extension=span_extension, set_pos=set_pos, samples=samples, mean=mean,
+                          decode=decode, batch_size=batch_size, seed=seed)
+
+
+class GpseqComponent:
+    """A gpseq `Tagger` applied to spaCy Docs: tags, entities or chunk spans, with probabilities."""
+
+    def __init__(self, nlp: Language, name: str = "gpseq", *, model: str | os.PathLike | None = None,
+                 task: str = "auto", spans_key: str = "gpseq", extension: str = "gpseq_probs",
+                 span_extension: str = "gpseq_prob", set_pos: bool = True, samples: int | None = None,
+                 mean: bool = False, decode: str | None = None, batch_size: int = 256, seed: int = 0):
+        if task not in TASKS:
+            raise ConfigError(f"gpseq component {name!r}: task must be one of {TASKS}, got {task!r}")
+        if decode not in (None, "viterbi", "max-marginal"):
+            raise ConfigError(f"gpseq component {name!r}: decode must be viterbi or max-marginal, got {decode!r}")
+        if samples is not None and samples < 1:
+            raise ConfigError(f"gpseq component {name!r}: samples must be >= 1, got {samples}")
+        if batch_size < 1:
+            raise ConfigError(f"gpseq component {name!r}: batch_size must be >= 1, got {batch_size}")
+        if not extension or not span_extension:
+            raise ConfigError(f"gpseq component {name!r}: extension names must not be empty")
+        self.nlp, self.name = nlp, name
+        self.model_path = None if model is None else str(model)
+        self.task_setting = task
+        self.spans_key, self.extension, self.span_extension = spans_key, extension, span_extension
+        self.set_pos, self.samples, self.mean, self.decode = set_pos, samples, mean, decode
+        self.batch_size, self.seed = batch_size, seed
+        self._tagger = None
+        _register_extensions(extension, span_extension)
+
+    # ---- the model ------------------------------------------------------------------------------
+    @property
+    def tagger(self):
+        """The gpseq `Tagger` (loaded from `model` on first use)."""
+        if self._tagger is None:
+            from gpseq.tagger import Tagger
+
+            _check_model_dir(self.model_path, self.name)
+
+            self._set_tagger(Tagger.load(self.model_path))
+        return self._tagger
+
+    def _set_tagger(self, tagger) -> None:
+        from gpseq.corpora import is_chunk_labelling
+
+        chunks = is_chunk_labelling(tagger.labels, tagger.config.tag_scheme)
+        task = self.task_setting
+        if task == "auto":
+            task = ("ents" if tagger.config.features.preset == "ner" else "spans") if chunks else "tag"
+        elif task in ("spans", "ents") and not chunks:
+            raise ConfigError(
+                f"gpseq component {self.name!r}: task {task!r} needs chunk labels of scheme "
+                f"{tagger.config.tag_scheme!r}, but the model's labels are e.g. {tagger.labels[:5]}"
+            )
+        features = tagger.featurizer.config
+        attributes = []
+        for source in features.sources():
+            attribute = features.column_attributes.get(source, "word" if source == 0 else None) \
+                if isinstance(source, int) else source
+            if attribute is None:
+                raise ModelFormatError(
+                    f"gpseq component {self.name!r}: the model reads corpus column {source}, which has no "
+                    "spaCy token attribute (features.column_attributes); it cannot tag spaCy Docs"
+                )
+            attributes.append(attribute)
+        self._annotations = sorted({_ANNOTATION[a] for a in attributes if a in _ANNOTATION})
+        upos = None
+        if task == "tag" and self.set_pos:
+            from spacy.parts_of_speech import IDS as UPOS_IDS
+
+            if all(label in UPOS_IDS for label in tagger.labels):
+                upos = {label: label for label in tagger.labels}
+            elif all(label in UPOS_FROM_PTB for label in tagger.labels):
+                upos = {label: UPOS_FROM_PTB[label] for label in tagger.labels}
+        self._upos = upos
+        self.task = task
+        self._tagger = tagger
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self.tagger.labels)
+
+    def initialize(self, get_examples=None, *, nlp: Language | None = None) -> None:
+        """Check the model directory (spaCy calls this from `nlp.initialize()`, e.g. in `spacy assemble`).
+
+        The model is already trained; it is read (with TensorFlow) on first use, so assembling a
+        pipeline only copies model directories."""
+        if self._tagger is None:
+            _check_model_dir(self.model_path, self.name)
+
+    # ---- processing -----------------------------------------------------------------------------
+    def __call__(self, doc: Doc) -> Doc:
+        self._process([doc])
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Tag Docs `batch_size` at a time: one feature matrix and one batched prediction per group."""
+        for docs in minibatch(stream, size=batch_size):
+            self._process(docs)
+            yield from docs
+
+    def _sequences(self, docs: list[Doc]) -> tuple[list[list[Token]], list[int]]:
+        """The token lists to tag (sentences without whitespace tokens) and the Doc each belongs to."""
+        sequences, owners = [], []
+        for number, doc in enumerate(docs):
+            missing = [name for name in self._annotations if len(doc) and not doc.has_annotation(name)]
+            if missing:
+                raise ConfigError(
+                    f"gpseq component {self.name!r}: the model's features read token annotation {missing} "
+                    "that no earlier component set; add a component that sets it before this one "
+                    "(e.g. a gpseq POS tagger before a chunker)"
+                )
+            parts = doc.sents if doc.has_annotation("SENT_START") else [doc[:]]
+            for part in parts:
+                tokens = [token for token in part if not token.is_space]
+                if tokens:
+                    sequences.append(tokens)
+                    owners.append(number)
+        return sequences, owners
+
+    def _process(self, docs: list[Doc]) -> None:
+        tagger = self.tagger
+        sequences, owners = self._sequences(docs)
+        V = len(tagger.labels)
+        probs = [np.full((len(doc), V), np.nan) for doc in docs]  # [N_doc, V] per Doc; NaN = untagged
+        spans: list[list[Span]] = [[] for _ in docs]
+        span_scores: list[list[float]] = [[] for _ in docs]
+        if sequences:
+            # transform_docs reads len() and the tokens of each item, so token lists stand in for Docs.
+            matrix = tagger.featurizer.transform_docs(sequences)
+            decode = self.decode or tagger.config.decode
+            for ids, marginals, paths, _ in tagger.predict_features(
+                matrix, samples=self.samples, mean=self.mean, batch_size=self.batch_size, seed=self.seed
+            ):
+                for row, index in enumerate(ids):
+                    tokens = sequences[index]
+                    T = len(tokens)
+                    p = marginals[row, :T].astype(np.float64)  # [T, V]
+                    p /= np.maximum(p.sum(-1, keepdims=True), 1e-300)
+                    best = p.argmax(-1) if decode == "max-marginal" else paths[row, :T]
+                    number = owners[index]
+                    positions = np.fromiter((token.i for token in tokens), dtype=np.int64, count=T)
+                    probs[number][positions] = p
+                    self._write(docs[number], tokens, p, best, spans[number], span_scores[number])
+        for doc, p, found, scores in zip(docs, probs, spans, span_scores):
+            order = sorted(range(len(found)), key=lambda k: (found[k].start, found[k].end))
+            found, scores = [found[k] for k in order], [scores[k] for k in order]
+            doc.user_data[(_DATA_KEY, self.extension)] = {"labels": list(tagger.labels), "probs": p}
+            if self.task == "spans":
+                doc.spans[self.spans_key] = found
+                doc.spans[self.spans_key].attrs["scores"] = scores
+            elif self.task == "ents":
+                doc.ents = found
+            for span, score in zip(found, scores):
+                span._.set(self.span_extension, score)
+
+    def _write(self, doc: Doc, tokens: list[Token], p: np.ndarray, best: np.ndarray,
+               spans: list[Span], scores: list[float]) -> None:
+        """Labels of one sequence into the Doc: tags, or spans (collected) with their probabilities."""
+        labels = [self._tagger.labels[i] for i in best]
+        if self.task == "tag":
+            for token, label in zip(tokens, labels):
+                token.tag_ = label
+                if self._upos is not None:
+                    token.pos_ = self._upos[label]
+            return
+        from gpseq.corpora import spans as chunk_spans
+
+        confidence = p[np.arange(len(tokens)), best]  # [T] p(y_t = predicted label_t)
+        for type_, start, end in chunk_spans(labels, self._tagger.config.tag_scheme):
+            spans.append(Span(doc, tokens[start].i, tokens[end - 1].i + 1, label=type_ or "CHUNK"))
+            scores.append(float(np.prod(confidence[start:end])))
+
+    # ---- serialisation --------------------------------------------------------------------------
+    def to_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> None:
+        """Write the model into the pipeline directory (`<path>/model`, a gpseq model directory);
+        a model not yet loaded is copied as it is."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if self._tagger is not None:
+            self._tagger.save(path / _MODEL_SUBDIR)
+            return
+        source = _check_model_dir(self.model_path, self.name)
+        target = path / _MODEL_SUBDIR
+        tmp = Path(tempfile.mkdtemp(prefix=f".{_MODEL_SUBDIR}.tmp-", dir=path))
+        try:
+            shutil.copytree(source, tmp / _MODEL_SUBDIR)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp / _MODEL_SUBDIR, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def from_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> "GpseqComponent":
+        """Load the model that `to_disk` wrote (the `model` setting is not read)."""
+        from gpseq.tagger import Tagger
+
+        self._set_tagger(Tagger.load(Path(path) / _MODEL_SUBDIR))
+        return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
+        """The model directory's files as one msgpack blob (for `nlp.to_bytes()`)."""
+        import srsly
+
+        with tempfile.TemporaryDirectory(prefix="gpseq-") as tmp:
+            self.tagger.save(Path(tmp) / _MODEL_SUBDIR)
+            root = Path(tmp) / _MODEL_SUBDIR
+            files = {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+        return srsly.msgpack_dumps({"format": "gpseq-component", "files": files})
+
+    def from_bytes(self, data: bytes, *, exclude: Iterable[str] = ()) -> "GpseqComponent":
+        import srsly
+
+        from gpseq.tagger import Tagger
+
+        payload = srsly.msgpack_loads(data)
+        if not isinstance(payload, dict) or payload.get("format") != "gpseq-component":
+            raise ModelFormatError(f"gpseq component {self.name!r}: bytes are not a serialised gpseq component")
+        tmp = tempfile.mkdtemp(prefix="gpseq-")
+        try:
+            root = Path(tmp) / _MODEL_SUBDIR
+            for name, content in payload["files"].items():
+                target = (root / name).resolve()
+                if root.resolve() not in target.parents:
+                    raise ModelFormatError(f"gpseq component {self.name!r}: bad file name {name!r} in bytes")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            self._set_tagger(Tagger.load(root))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return self
+
+
+def _check_model_dir(model_path: str | None, name: str) -> Path:
+    """The model directory, after a cheap check of its `tagger.json` (no TensorFlow)."""
+    import json
+
+    if model_path is None:
+        raise ConfigError(f"gpseq component {name!r}: no model (set config model = \"<model dir>\")")
+    meta_path = Path(model_path) / "tagger.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFormatError(f"{model_path}: not a gpseq model directory (no tagger.json)") from None
+    except (OSError, ValueError) as error:
+        raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
+        raise ModelFormatError(f"{meta_path}: not a gpseq tagger model")
+    return Path(model_path)
+
+
+# ---- extension attributes -------------------------------------------------------------------------
+def token_distribution(token: Token, extension: str = "gpseq_probs") -> dict[str, float] | None:
+    """{label: probability} of `token` written by the component with that `extension` (None if untagged)."""
+    data = token.doc.user_data.get((_DATA_KEY, extension))
+    if data is None:
+        return None
+    row = data["probs"][token.i]
+    if np.isnan(row[0]):
+        return None
+    return {label: float(p) for label, p in zip(data["labels"], row)}
+
+
+def token_probabilities(doc: Doc, extension: str = "gpseq_probs") -> tuple[list[str], np.ndarray] | None:
+    """(labels [V], probabilities [N_doc, V]) written by that component; NaN rows for untagged tokens."""
+    data = doc.user_data.get((_DATA_KEY, extension))
+    return None if data is None else (list(data["labels"]), np.asarray(data["probs"]))
+
+
+def _register_extensions(extension: str, span_extension: str) -> None:
+    """`Token._.<extension>` (a getter over the Doc's stored marginals) and `Span._.<span_extension>`."""
+
+    def getter(token: Token) -> dict[str, float] | None:
+        return token_distribution(token, extension)
+
+    getter.gpseq_extension = extension
+    existing = Token.get_extension(extension)
+    if existing is not None and getattr(existing[2], "gpseq_extension", None) != extension:
+        raise ConfigError(f"Token extension {extension!r} is already set by someone else; choose another 'extension'")
+    if existing is None:
+        Token.set_extension(extension, getter=getter)
+    existing = Span.get_extension(span_extension)
+    if existing is None:
+        Span.set_extension(span_extension, default=None)
+    elif existing[0] is not None:  # (default, method, getter, setter)
+        raise ConfigError(f"Span extension {span_extension!r} is already set by someone else; choose another")
