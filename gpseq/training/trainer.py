@@ -1,11 +1,18 @@
 """The SVI loop for the structured GP tagger: bucketed minibatches, Adam, early stopping on a
-dev set, atomic checkpoints with resume, NaN guarding, progress callbacks.
+dev set, atomic checkpoints with resume, NaN guarding, progress callbacks, `tf.distribute`.
 
 The model supplies `loss(batch, seed) -> (loss, metrics)` (negative ELBO of the batch with the
-likelihood rescaled to the corpus) and its `trainable_variables`; the trainer owns the
-optimiser, the batch order and the bookkeeping. Noise is drawn with stateless ops seeded by
+likelihood rescaled to the corpus by N_seq / B) and its `trainable_variables`; the trainer owns
+the optimiser, the batch order and the bookkeeping. Noise is drawn with stateless ops seeded by
 (seed, step), and the batch order of epoch e by (seed, e): a resumed run repeats exactly what an
 uninterrupted one would have done.
+
+Under a strategy with R replicas every step's global batch is cut into R sub-batches
+(`gpseq.training.distribute`); replica r's loss is weighted by B_r / B so the replicas' sum is
+the global-batch loss with the KL counted once (`gpseq.gp.trainer.build_svi_step`). Variables
+live under the strategy (the model must be built in `strategy.scope()`); checkpoints are
+written by the chief only and hold one copy of each variable, so a run resumes on any number of
+replicas.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +32,9 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError, NumericalError
-from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
+from gpseq.gp.trainer import STRATEGIES, build_svi_step, is_chief
+from gpseq.training.batching import SequenceData
+from gpseq.training.distribute import batch_plan, distributed_batches, sequence_count
 
 log = logging.getLogger("gpseq.training")
 
@@ -46,8 +56,14 @@ class TrainingConfig:
     checkpoint_every: int = 200
     max_bad_steps: int = 20  # consecutive non-finite steps before giving up
     jit_compile: bool = False
+    strategy: str = "default"  # "default" (one device; the GPU if any) | "mirrored" | "multiworker"
+    devices: int | None = None  # replicas on this host (mirrored: default all GPUs; CPU: logical devices)
 
     def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        if self.devices is not None and self.devices < 1:
+            raise ConfigError(f"devices must be >= 1, got {self.devices}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.early_stopping not in ("f1", "nll", "none"):
@@ -84,12 +100,9 @@ class TrainState:
     stopped_early: bool = False
 
 
-def _to_tensors(batch: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
-    return {key: tf.convert_to_tensor(value) for key, value in batch.items()}
-
-
 class Trainer:
-    """Runs SVI on a model with `loss(batch, seed)` and `trainable_variables`."""
+    """Runs SVI on a model with `loss(batch, seed)` and `trainable_variables` under `strategy`
+    (default: the current one, i.e. the strategy whose scope the model was built in)."""
 
     def __init__(
         self,
@@ -99,6 +112,7 @@ class Trainer:
         evaluate: Callable[[], tuple[float, dict]] | None = None,
         callbacks: list[Callable[[Progress], None]] | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
+        strategy: tf.distribute.Strategy | None = None,
     ):
         config.validate()
         self.model = model
@@ -106,45 +120,45 @@ class Trainer:
         self.evaluate = evaluate  # returns (score where higher is better, metrics)
         self.callbacks = list(callbacks or [])
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.is_chief = is_chief(self.strategy)
+        with self.strategy.scope():
+            self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.state = TrainState()
         self._step_fn = None
         self._best_values: list[np.ndarray] | None = None
 
     # ---- the compiled step -------------------------------------------------------------------
-    def _build_step(self):
-        model, optimizer = self.model, self.optimizer
-        variables = model.trainable_variables
+    def _build_step(self, element_spec):
+        model = self.model
+        self._ensure_slots()
 
-        def step(batch, seed):
-            with tf.GradientTape() as tape:
-                loss, metrics = model.loss(batch, seed)
-            grads = tape.gradient(loss, variables)
-            finite = tf.math.is_finite(loss)
-            for grad in grads:
-                if grad is not None:
-                    finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(grad)))
+        def loss(batch, seed):
+            return model.loss(batch, seed)[0]
 
-            def apply():
-                optimizer.apply_gradients(
-                    [(g, v) for g, v in zip(grads, variables) if g is not None]
-                )
-                return tf.constant(True)
-
-            applied = tf.cond(finite, apply, lambda: tf.constant(False))
-            return loss, metrics, applied
-
-        signature = [batch_signature(self.model.dtype), tf.TensorSpec([2], tf.int32)]
-        return tf.function(step, jit_compile=self.config.jit_compile, input_signature=signature)
+        signature = [element_spec, tf.TensorSpec([2], tf.int32)]
+        return build_svi_step(self.strategy, loss, model.trainable_variables, self.optimizer,
+                              size_fn=sequence_count, jit_compile=self.config.jit_compile,
+                              input_signature=signature)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def _checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_var)
 
     def save_checkpoint(self) -> None:
-        """Write model + optimiser + state to `checkpoint_dir/checkpoint` atomically (dir rename)."""
+        """Write model + optimiser + state to `checkpoint_dir/checkpoint` atomically (dir rename).
+
+        Only the chief writes there; other workers write their (identical) variables to a
+        temporary directory and delete it, since saving mirrored variables is collective."""
         if self.checkpoint_dir is None:
+            return
+        if not self.is_chief:
+            scratch = Path(tempfile.mkdtemp(prefix="gpseq-worker-ckpt-"))
+            try:
+                self._checkpoint().write(str(scratch / "ckpt"))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         final = self.checkpoint_dir / "checkpoint"
@@ -186,15 +200,15 @@ class Trainer:
 
     def _ensure_slots(self) -> None:
         # Adam creates its slot variables lazily; build them so a checkpoint can fill them.
-        self.optimizer.build(self.model.trainable_variables)
+        if not self.optimizer.built:
+            with self.strategy.scope():
+                self.optimizer.build(self.model.trainable_variables)
 
     # ---- the loop ----------------------------------------------------------------------------
     def fit(self, data: SequenceData, *, resume: bool = False) -> TrainState:
         cfg = self.config
         if resume and not self.restore_checkpoint():
             log.warning("resume requested but no checkpoint found in %s; starting fresh", self.checkpoint_dir)
-        if self._step_fn is None:
-            self._step_fn = self._build_step()
         n_seq = len(data)
         batches_per_epoch = math.ceil(n_seq / cfg.batch_size)
         total = batches_per_epoch * cfg.epochs
@@ -205,40 +219,41 @@ class Trainer:
         start = time.perf_counter()
         bad_in_a_row = 0
         step = self.state.step
-        while step < total and not self.state.stopped_early:
-            epoch, position = divmod(step, batches_per_epoch)
-            order = bucketed_batches(data.lengths, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]))
-            for sentence_ids in order[position:]:
-                if step >= total:
+        plan = batch_plan(data.lengths, cfg.batch_size, cfg.seed, step, total)
+        batches = distributed_batches(self.strategy, data, plan, self.model.dtype)
+        if self._step_fn is None:
+            self._step_fn = self._build_step(batches.element_spec)
+        for batch in batches:
+            if step >= total or self.state.stopped_early:
+                break
+            epoch = step // batches_per_epoch
+            seed = tf.constant([cfg.seed, step], dtype=tf.int32)
+            loss, applied = self._step_fn(batch, seed)
+            step += 1
+            self.state.step = step
+            self.step_var.assign(step)
+            if not bool(applied):
+                bad_in_a_row += 1
+                self.state.skipped_steps += 1
+                log.warning("step %d: non-finite loss or gradient; step skipped", step)
+                if bad_in_a_row >= cfg.max_bad_steps:
+                    raise NumericalError(
+                        f"{bad_in_a_row} consecutive non-finite training steps at step {step}; "
+                        "try a smaller learning_rate"
+                    )
+                continue
+            bad_in_a_row = 0
+            elbo = -float(loss) / tokens
+            self._emit(Progress(step, total, epoch, elbo, skipped_steps=self.state.skipped_steps,
+                                elapsed_s=time.perf_counter() - start))
+            if self.evaluate is not None and (step % eval_every == 0 or step == total):
+                self._run_eval(step, total, epoch, elbo, start)
+                if self.state.stopped_early:
                     break
-                batch = _to_tensors(make_batch(data, sentence_ids, dtype=self.model.dtype.as_numpy_dtype))
-                seed = tf.constant([cfg.seed, step], dtype=tf.int32)
-                loss, metrics, applied = self._step_fn(batch, seed)
-                step += 1
-                self.state.step = step
-                self.step_var.assign(step)
-                if not bool(applied):
-                    bad_in_a_row += 1
-                    self.state.skipped_steps += 1
-                    log.warning("step %d: non-finite loss or gradient; step skipped", step)
-                    if bad_in_a_row >= cfg.max_bad_steps:
-                        raise NumericalError(
-                            f"{bad_in_a_row} consecutive non-finite training steps at step {step}; "
-                            "try a smaller learning_rate"
-                        )
-                    continue
-                bad_in_a_row = 0
-                elbo = -float(loss) / tokens
-                self._emit(Progress(step, total, epoch, elbo, skipped_steps=self.state.skipped_steps,
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                self.save_checkpoint()
+                self._emit(Progress(step, total, epoch, elbo, event="checkpoint",
                                     elapsed_s=time.perf_counter() - start))
-                if self.evaluate is not None and (step % eval_every == 0 or step == total):
-                    self._run_eval(step, total, epoch, elbo, start)
-                    if self.state.stopped_early:
-                        break
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    self.save_checkpoint()
-                    self._emit(Progress(step, total, epoch, elbo, event="checkpoint",
-                                        elapsed_s=time.perf_counter() - start))
         if self._best_values is not None:
             for variable, value in zip(self.model.trainable_variables, self._best_values):
                 variable.assign(value)

@@ -1,0 +1,181 @@
+"""Subprocess side of tests/test_distribute.py (TensorFlow's devices must be set up before it starts).
+
+    python tests/distribute_worker.py mirrored OUT.json     # 2 logical CPUs: ELBOs, gradients, training, resume
+    python tests/distribute_worker.py train OUT.npz CKPT    # train the small model; TF_CONFIG set → multiworker
+
+Prints nothing the test reads; results go to OUT (JSON or .npz).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+NUM_FEATURES, NUM_LABELS, NUM_SEQUENCES = 40, 3, 23
+
+
+def synthetic_data():
+    """23 sequences of 1–7 tokens, 3 distinct active features per token, labels a function of them."""
+    from gpseq.training.batching import SequenceData
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 8, NUM_SEQUENCES)
+    tokens = int(lengths.sum())
+    cols = np.stack([rng.choice(np.arange(1, NUM_FEATURES), 3, replace=False) for _ in range(tokens)])
+    values = rng.uniform(0.5, 1.5, (tokens, 3))
+    rows = sp.csr_matrix((values.ravel(), cols.ravel(), np.arange(0, 3 * tokens + 1, 3)), shape=(tokens, NUM_FEATURES))
+    rows.sort_indices()
+    labels = (cols[:, 0] % NUM_LABELS).astype(np.int32)
+    return SequenceData(rows, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), labels)
+
+
+def build_model(kernel: str, data, num_samples: int = 2):
+    """A float64 StructuredGP with `loss(batch, seed)` as Tagger.train defines it."""
+    import tensorflow as tf
+
+    from gpseq.structured.model import ModelConfig, StructuredGP
+
+    inducing = data.rows[:6].toarray() if kernel != "linear" else None
+    config = ModelConfig(kernel=kernel, num_inducing=6, initial_weight_variance=0.05)
+    model = StructuredGP(config, NUM_FEATURES, NUM_LABELS, inducing, dtype=tf.float64)
+    model.loss = lambda batch, seed: (-model.elbo(batch, len(data), num_samples, seed), {})
+    return model
+
+
+def training_config(**overrides):
+    from gpseq.training.trainer import TrainingConfig
+
+    params = dict(batch_size=7, epochs=2, learning_rate=0.05, num_samples=2, seed=3, early_stopping="none",
+                  dev_fraction=0.0, checkpoint_every=0)
+    params.update(overrides)
+    return TrainingConfig(**params)
+
+
+def values(model) -> list[np.ndarray]:
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def distributed_loss_and_gradient(strategy, model, data, sentence_ids, seed):
+    """Global loss and gradient of one step under `strategy` (SGD with rate 1 from a saved point)."""
+    import tensorflow as tf
+
+    from gpseq.gp.trainer import build_svi_step
+    from gpseq.training.distribute import distributed_batches, sequence_count
+
+    variables = model.trainable_variables
+    before = values(model)
+    with strategy.scope():
+        optimizer = tf.keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build(variables)
+    step = build_svi_step(strategy, lambda b, s: model.loss(b, s)[0], variables, optimizer, size_fn=sequence_count)
+    batch = next(iter(distributed_batches(strategy, data, [sentence_ids], tf.float64)))
+    loss, applied = step(batch, tf.constant(seed, tf.int32))
+    gradient = [b - v.numpy() for b, v in zip(before, variables)]
+    for variable, value in zip(variables, before):
+        variable.assign(value)
+    return float(loss), bool(applied), gradient
+
+
+def one_device_loss_and_gradient(model, batch, seed):
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        loss = model.loss(batch, tf.constant(seed, tf.int32))[0]
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+
+def run_mirrored(out_path: str) -> None:
+    import tensorflow as tf
+
+    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.batching import make_batch
+    from gpseq.training.distribute import split_batch
+    from gpseq.training.trainer import Trainer
+
+    strategy = make_strategy("mirrored", 2)
+    data = synthetic_data()
+    order = np.argsort(data.lengths, kind="stable")
+    report = {"replicas": strategy.num_replicas_in_sync, "devices": list(strategy.extended.worker_devices)}
+
+    # 1. linear kernel: the distributed ELBO and gradient equal the one-device ones of the global batch
+    cases = {"seven": order[8:15], "one": order[20:21], "all": order}
+    for name, ids in cases.items():
+        reference = build_model("linear", data)
+        for variable in reference.trainable_variables:  # a point away from the initial one
+            variable.assign(variable + 0.1 * np.random.default_rng(1).standard_normal(variable.shape))
+        with strategy.scope():
+            mirrored = build_model("linear", data)
+        for target, value in zip(mirrored.trainable_variables, values(reference)):
+            target.assign(value)
+        batch = {k: tf.constant(v) for k, v in make_batch(data, ids, dtype=np.float64).items()}
+        loss_1, grad_1 = one_device_loss_and_gradient(reference, batch, [3, 11])
+        loss_2, applied, grad_2 = distributed_loss_and_gradient(strategy, mirrored, data, ids, [3, 11])
+        report[f"linear_{name}"] = {
+            "one_device": loss_1, "mirrored": loss_2, "applied": applied,
+            "gradient_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(grad_1, grad_2)),
+            "gradient_max_abs": max(float(np.max(np.abs(a))) for a in grad_1),
+        }
+
+    # 2. linear+rbf: the distributed loss is −(N/B Σ_r ELL(sub-batch r) − KL), the KL once
+    ids = order[8:15]
+    with strategy.scope():
+        mirrored = build_model("linear+rbf", data)
+    seed = tf.constant([3, 11], tf.int32)
+    parts = split_batch(make_batch(data, ids, dtype=np.float64), 2)
+    ell = sum(float(mirrored.expected_log_likelihood({k: tf.constant(v) for k, v in p.items()}, 2, seed))
+              for p in parts)
+    by_hand = -(len(data) / len(ids) * ell - float(mirrored.prior_kl()))
+    loss_2, applied, _ = distributed_loss_and_gradient(strategy, mirrored, data, ids, [3, 11])
+    report["rbf"] = {"by_hand": by_hand, "mirrored": loss_2, "kl": float(mirrored.prior_kl()),
+                     "sub_batch_sizes": [len(p["lengths"]) for p in parts]}
+
+    # 3. training: 2 replicas vs 1 device, and a 2-replica checkpoint resumed on 1 device
+    single = build_model("linear", data)
+    Trainer(single, training_config()).fit(data)
+    with strategy.scope():
+        two = build_model("linear", data)
+    Trainer(two, training_config(), strategy=strategy).fit(data)
+    ckpt = out_path + ".ckpt"
+    with strategy.scope():
+        first = build_model("linear", data)
+    Trainer(first, training_config(max_steps=3, checkpoint_every=3), strategy=strategy, checkpoint_dir=ckpt).fit(data)
+    resumed = build_model("linear", data)
+    state = Trainer(resumed, training_config(), checkpoint_dir=ckpt).fit(data, resume=True)
+    report["training"] = {
+        "steps": state.step,
+        "two_vs_one_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(values(two), values(single))),
+        "resumed_vs_one_max_abs_diff": max(float(np.max(np.abs(a - b)))
+                                           for a, b in zip(values(resumed), values(single))),
+        "moved_max_abs": max(float(np.max(np.abs(a - b))) for a, b in zip(values(single), values(build_model("linear", data)))),
+        "replicas_agree": all(np.array_equal(*[c.numpy() for c in v.values]) for v in two.trainable_variables),
+    }
+    with open(out_path, "w") as handle:
+        json.dump(report, handle)
+
+
+def run_training(out_path: str, checkpoint_dir: str) -> None:
+    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.trainer import Trainer
+
+    strategy = make_strategy("multiworker" if os.environ.get("TF_CONFIG") else "default")
+    data = synthetic_data()
+    with strategy.scope():
+        model = build_model("linear", data)
+    trainer = Trainer(model, training_config(epochs=2, checkpoint_every=2), strategy=strategy,
+                      checkpoint_dir=checkpoint_dir)
+    state = trainer.fit(data)
+    np.savez(out_path, *values(model), replicas=strategy.num_replicas_in_sync, steps=state.step,
+             chief=trainer.is_chief)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "mirrored":
+        run_mirrored(sys.argv[2])
+    else:
+        run_training(sys.argv[2], sys.argv[3])
