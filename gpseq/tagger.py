@@ -178,7 +178,11 @@ class Tagger:
             inducing = inducing[0] if isinstance(inducing, tuple) else inducing
             inducing = inducing.toarray() if sp.issparse(inducing) else np.asarray(inducing)
         tf.random.set_seed(tcfg.seed)
-        model = StructuredGP(config.model, featurizer.n_features, len(labels), inducing, dtype=dtype)
+        from gpseq.training.distribute import make_strategy
+
+        strategy = make_strategy(tcfg.strategy, tcfg.devices)  # variables are created in its scope
+        with strategy.scope():
+            model = StructuredGP(config.model, featurizer.n_features, len(labels), inducing, dtype=dtype)
         tagger = cls(config, featurizer, labels, model)
         evaluate = None
         if dev:
@@ -197,7 +201,8 @@ class Tagger:
             return -elbo, {}
 
         model.loss = loss
-        trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir)
+        trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
+                          strategy=strategy)
         state = trainer.fit(data, resume=resume)
         del model.loss
         tagger.scores = {
