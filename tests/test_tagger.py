@@ -260,3 +260,17 @@ def test_resume_continues_from_the_checkpoint(sample_dir, tmp_path):
     assert resumed.scores["steps"] == 8
     for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_score_function_runs_with_full_covariance_and_single_sample():
+    # regressions: the full-covariance q(u) score broadcast over samples; with S = 1 there is no
+    # leave-one-out control variate (must be 0, not 0/0)
+    data, _ = _tiny_data(n_seq=3, max_len=4, n_features=8, n_labels=3)
+    model, _ = _tiny_model(n_features=8, n_labels=3, estimator="score", full_covariance=True)
+    batch = _batch(data)
+    for num_samples in (1, 3):
+        with tf.GradientTape() as tape:
+            ell = model.expected_log_likelihood(batch, num_samples, tf.constant([1, 2]))
+        grads = [g for g in tape.gradient(ell, model.trainable_variables) if g is not None]
+        assert np.isfinite(float(ell))
+        assert grads and all(np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)

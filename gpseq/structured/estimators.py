@@ -32,13 +32,15 @@ def _control_coefficient(values, scores, reduce_leading: bool = False):
     n = S - 1.0
     sum_g, sum_h = tf.reduce_sum(g, 0), tf.reduce_sum(scores, 0)
     sum_gh, sum_hh = tf.reduce_sum(g * scores, 0), tf.reduce_sum(scores * scores, 0)
-    mean_g, mean_h = (sum_g - g) / n, (sum_h - scores) / n  # [S, ...] without sample s
+    safe_n = tf.maximum(n, 1.0)
+    mean_g, mean_h = (sum_g - g) / safe_n, (sum_h - scores) / safe_n  # [S, ...] without sample s
     cov = (sum_gh - g * scores) - n * mean_g * mean_h
     var = (sum_hh - scores * scores) - n * mean_h * mean_h
     if reduce_leading:
         # one coefficient per block (e.g. per label of a multivariate q(v_j)): pool its elements
         cov, var = tf.reduce_sum(cov, 1), tf.reduce_sum(var, 1)
-    return tf.math.divide_no_nan(cov, var)
+    # with a single sample there is no "other" sample: no control variate (â = 0), not 0/0
+    return tf.where(n > 0.0, tf.math.divide_no_nan(cov, var), tf.zeros_like(cov))
 
 
 def score_function_surrogate(values, log_densities, scores, use_control_variates: bool = True):

@@ -271,9 +271,12 @@ class StructuredGP(tf.Module):
                 dist = tfp.distributions.MultivariateNormalTriL(
                     loc=tf.transpose(q_mu[k]), scale_tril=scale[k])  # batch [V], event [M]
                 log_density = dist.log_prob(tf.transpose(v[k], [0, 2, 1]))  # [S, V]
-                cov = tf.linalg.matmul(scale[k], scale[k], transpose_b=True)  # [V, M, M]
-                score = tf.transpose(tf.linalg.solve(cov[None], tf.transpose(diff, [0, 2, 1])[..., None])[..., 0],
-                                     [0, 2, 1])
+                # score = Σ⁻¹ (v − m) with Σ = L Lᵀ, by two triangular solves (broadcast over S)
+                chol = tf.broadcast_to(scale[k], tf.concat([tf.shape(diff)[:1], tf.shape(scale[k])], 0))
+                rhs = tf.transpose(diff, [0, 2, 1])[..., None]  # [S, V, M, 1]
+                half = tf.linalg.triangular_solve(chol, rhs, lower=True)
+                score = tf.transpose(tf.linalg.triangular_solve(chol, half, lower=True, adjoint=True)[..., 0],
+                                     [0, 2, 1])  # [S, M, V]
             else:
                 var = scale[k] ** 2  # [M, V]
                 log_density = tf.reduce_sum(_normal_log_density(v[k], q_mu[k], var), 1)
