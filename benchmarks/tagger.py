@@ -199,7 +199,8 @@ def paper(args) -> dict:
         folds = kfold_indices(len(pool), 5, seed=0)
         if args.quick:
             folds = folds[:2]
-        per_system = {s: {m: [] for m in ("token_error", "token_nll", "seq_nll", "ece", "train_s")} for s in systems}
+        metrics = ("token_error", "token_nll", "nll_total", "seq_nll", "ece", "train_s")
+        per_system = {s: {m: [] for m in metrics} for s in systems}
         for fold, (outside, inside) in enumerate(folds):
             rng = np.random.default_rng([fold, 11])
             chosen = rng.choice(outside, size=min(n_seq, len(outside)), replace=False)
@@ -219,11 +220,13 @@ def paper(args) -> dict:
             tagger = None
             for system, config in configs.items():
                 tagger, report, timing = run_gpseq(train, test, config)
+                per_system[system]["nll_total"].append(report["token_nll"] * report["n_tokens"])
                 for metric, value in pick(report).items():
                     if metric in per_system[system]:
                         per_system[system][metric].append(value)
                 per_system[system]["train_s"].append(timing["train_s"])
             crf_report, crf_timing = run_crfsuite(tagger.featurizer, train, test, tagger.labels)
+            per_system["crfsuite"]["nll_total"].append(crf_report["token_nll"] * crf_report["n_tokens"])
             for metric, value in pick(crf_report).items():
                 if metric in per_system["crfsuite"]:
                     per_system["crfsuite"][metric].append(value)
