@@ -51,7 +51,7 @@ def build_model(kernel: str, data, num_samples: int = 2):
 def training_config(**overrides):
     from gpseq.training.trainer import TrainingConfig
 
-    params = dict(batch_size=7, epochs=2, learning_rate=0.05, num_samples=2, seed=3, early_stopping="none",
+    params = dict(batch_size=7, epochs=1, learning_rate=0.05, num_samples=2, seed=3, early_stopping="none",
                   dev_fraction=0.0, checkpoint_every=0)
     params.update(overrides)
     return TrainingConfig(**params)
@@ -104,7 +104,7 @@ def run_mirrored(out_path: str) -> None:
     report = {"replicas": strategy.num_replicas_in_sync, "devices": list(strategy.extended.worker_devices)}
 
     # 1. linear kernel: the distributed ELBO and gradient equal the one-device ones of the global batch
-    cases = {"seven": order[8:15], "one": order[20:21], "all": order}
+    cases = {"seven": order[8:15], "one": order[20:21]}
     for name, ids in cases.items():
         reference = build_model("linear", data)
         for variable in reference.trainable_variables:  # a point away from the initial one
@@ -144,7 +144,7 @@ def run_mirrored(out_path: str) -> None:
     ckpt = out_path + ".ckpt"
     with strategy.scope():
         first = build_model("linear", data)
-    Trainer(first, training_config(max_steps=3, checkpoint_every=3), strategy=strategy, checkpoint_dir=ckpt).fit(data)
+    Trainer(first, training_config(max_steps=2, checkpoint_every=2), strategy=strategy, checkpoint_dir=ckpt).fit(data)
     resumed = build_model("linear", data)
     state = Trainer(resumed, training_config(), checkpoint_dir=ckpt).fit(data, resume=True)
     report["training"] = {
@@ -160,6 +160,7 @@ def run_mirrored(out_path: str) -> None:
 
 
 def run_training(out_path: str, checkpoint_dir: str) -> None:
+    """Trains the small linear-kernel model for 2 epochs (8 steps); multiworker when TF_CONFIG is set."""
     from gpseq.gp.trainer import make_strategy
     from gpseq.training.trainer import Trainer
 
@@ -167,11 +168,13 @@ def run_training(out_path: str, checkpoint_dir: str) -> None:
     data = synthetic_data()
     with strategy.scope():
         model = build_model("linear", data)
+    initial = values(model)
     trainer = Trainer(model, training_config(epochs=2, checkpoint_every=2), strategy=strategy,
                       checkpoint_dir=checkpoint_dir)
     state = trainer.fit(data)
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(values(model), initial))
     np.savez(out_path, *values(model), replicas=strategy.num_replicas_in_sync, steps=state.step,
-             chief=trainer.is_chief)
+             chief=trainer.is_chief, moved=moved)
 
 
 if __name__ == "__main__":
