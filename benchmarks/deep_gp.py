@@ -1,0 +1,214 @@
+"""Deep-GP benchmark: gpseq's deep GP (DSVI and the nested bound) vs GPflux's `DeepGP`, same process.
+
+1. The noisy step function of the seed (§5.1, after Rasmussen & Williams): 100 training points
+   x ~ U(−1, 1), y = 1[x > 0] + N(0, 0.05²); 500 test points from the same distribution. Models with
+   1, 2 and 3 layers (hidden width 1, linear identity mean on hidden layers, RBF kernels, M = 20
+   K-means inducing inputs), full-batch Adam (lr 0.01): gpseq DSVI (S = 5 samples per step), gpseq
+   nested bound (seed eq. 19, closed form), GPflux `build_constant_input_dim_deep_gp` (same M, same
+   inner q(u) scale 1e-5, noise 1e-2, Keras fit). Training time is wall time of all steps including
+   tracing/compiling the step. Test log-likelihood per point from the mixture of
+   S = 200 propagated samples; a PNG of the predictive density per model (benchmarks/results/).
+2. diabetes (scikit-learn bundled; 442 × 10, standardised, 80/20 split): the same 9 models,
+   hidden width 5, M = 30; test log-likelihood per point in the units of the original target.
+3. (`--tagger`) deep-GP unaries vs the single-layer tagger on CoNLL-2000 (see `tagger_section`).
+
+    python benchmarks/deep_gp.py [--quick] [--json PATH] [--steps N] [--tagger]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from gpseq.gp import Gaussian, Trainer  # noqa: E402
+from gpseq.gp.deep import build_deep_gp  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+METHODS = ("dsvi", "nested", "gpflux")
+
+
+def step_data(seed=0, n_train=100, n_test=500, noise=0.05):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n_train, 1))
+    Xt = rng.uniform(-1, 1, size=(n_test, 1))
+    Y = (X > 0).astype(np.float64) + noise * rng.normal(size=X.shape)
+    Yt = (Xt > 0).astype(np.float64) + noise * rng.normal(size=Xt.shape)
+    return X, Y, Xt, Yt
+
+
+def diabetes_data(seed=0):
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(X))
+    cut = int(0.8 * len(X))
+    tr, te = idx[:cut], idx[cut:]
+    xm, xs = X[tr].mean(0), X[tr].std(0)
+    ym, ys = y[tr].mean(), y[tr].std()
+    return ((X[tr] - xm) / xs, ((y[tr] - ym) / ys)[:, None], (X[te] - xm) / xs, ((y[te] - ym) / ys)[:, None], ys)
+
+
+# ---- gpseq ------------------------------------------------------------------------------------------
+def fit_gpseq(method, X, Y, layers, hidden, M, steps, seed=0):
+    model = build_deep_gp(X, 1, Gaussian(1e-2), num_layers=layers, hidden_dims=hidden, num_inducing=M,
+                          inference=method, num_samples=5, seed=seed)
+    trainer = Trainer(model, learning_rate=0.01)  # tf.function graph (XLA compile costs more than it saves here)
+    batch = (tf.constant(X), tf.constant(Y))
+    start = time.perf_counter()
+    trainer.fit([batch], steps)
+    return model, time.perf_counter() - start  # includes tracing the step
+
+
+def gpseq_predict(model, Xs, S=200):
+    """Mixture components of the predictive y: (mean `[S, N]`, var `[S, N]`)."""
+    m, v = model.predict_y(Xs, num_samples=S, seed=(1, 2))
+    return m.numpy()[..., 0], v.numpy()[..., 0]
+
+
+# ---- GPflux -----------------------------------------------------------------------------------------
+def fit_gpflux(X, Y, layers, M, steps, seed=0):
+    import gpflow
+    from gpflow.keras import tf_keras
+    from gpflux.architectures import Config, build_constant_input_dim_deep_gp
+
+    tf.random.set_seed(seed)
+    np.random.seed(seed)
+    gpflow.config.set_default_float(np.float64)
+    cfg = Config(num_inducing=M, inner_layer_qsqrt_factor=1e-5, likelihood_noise_variance=1e-2, whiten=True)
+    dgp = build_constant_input_dim_deep_gp(X, num_layers=layers, config=cfg)
+    model = dgp.as_training_model()
+    model.compile(tf_keras.optimizers.Adam(0.01))
+    start = time.perf_counter()
+    model.fit({"inputs": X, "targets": Y}, epochs=steps, batch_size=len(X), verbose=0, shuffle=False)
+    return dgp, time.perf_counter() - start
+
+
+def gpflux_predict(dgp, Xs, S=200):
+    pm = dgp.as_prediction_model()
+    means, variances = [], []
+    for _ in range(S):  # each call propagates one sample through the hidden layers
+        out = pm(Xs)
+        means.append(np.asarray(out.y_mean)[:, 0])
+        variances.append(np.asarray(out.y_var)[:, 0])
+    return np.stack(means), np.stack(variances)
+
+
+# ---- evaluation and plots -----------------------------------------------------------------------------
+def mixture_log_density(means, variances, y):
+    """log (1/S) Σ_s N(y; m_s, v_s) per point `[N]` for components `[S, N]`."""
+    logs = -0.5 * np.log(2 * np.pi * variances) - 0.5 * (y[None] - means) ** 2 / variances
+    top = logs.max(0)
+    return top + np.log(np.exp(logs - top).mean(0))
+
+
+def run_grid(X, Y, Xt, Yt, layers_list, hidden, M, steps, methods, predict_grid=None, log=print):
+    """Fits every (method, layers); returns {(method, L): dict(test_ll, train_s, grid)}."""
+    out = {}
+    for L in layers_list:
+        for method in methods:
+            if method == "gpflux":
+                if X.shape[1] != hidden and L > 1:
+                    hidden_note = f"(GPflux keeps hidden width = D = {X.shape[1]})"
+                else:
+                    hidden_note = ""
+                dgp, secs = fit_gpflux(X, Y, L, M, steps)
+                predict = lambda Xs, dgp=dgp: gpflux_predict(dgp, Xs)  # noqa: E731
+            else:
+                hidden_note = ""
+                model, secs = fit_gpseq(method, X, Y, L, hidden, M, steps)
+                predict = lambda Xs, model=model: gpseq_predict(model, Xs)  # noqa: E731
+            m, v = predict(Xt)
+            ll = float(mixture_log_density(m, v, Yt[:, 0]).mean())
+            row = {"test_ll": ll, "train_s": secs}
+            if predict_grid is not None:
+                row["grid"] = predict(predict_grid)
+            out[(method, L)] = row
+            log(f"  {method:7s} L={L}  test LL {ll:8.4f}  train {secs:6.1f} s {hidden_note}")
+    return out
+
+
+def plot_step(results, X, Y, grid, path, layers_list, methods):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ys = np.linspace(-0.6, 1.6, 160)
+    fig, axes = plt.subplots(len(layers_list), len(methods), figsize=(3.2 * len(methods), 2.4 * len(layers_list)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, L in enumerate(layers_list):
+        for j, method in enumerate(methods):
+            ax = axes[i, j]
+            m, v = results[(method, L)]["grid"]  # [S, G]
+            dens = np.exp(-0.5 * (ys[:, None, None] - m[None]) ** 2 / v[None]) / np.sqrt(2 * np.pi * v[None])
+            dens = dens.mean(1)  # [Y, G]
+            ax.imshow(np.log(dens + 1e-3), origin="lower", aspect="auto", cmap="Blues", vmin=np.log(1e-3),
+                      extent=[grid[0, 0], grid[-1, 0], ys[0], ys[-1]])
+            ax.plot(X[:, 0], Y[:, 0], "k.", ms=2)
+            ax.set_title(f"{method}, {L} layer{'s' if L > 1 else ''}: LL {results[(method, L)]['test_ll']:.2f}",
+                         fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer steps, no diabetes set")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--steps", type=int, default=None, help="training steps per model (default 2000, quick 300)")
+    parser.add_argument("--tagger", action="store_true", help="also run the CoNLL-2000 deep-unary comparison")
+    parser.add_argument("--tagger-train", type=int, default=2000, help="training sentences for --tagger")
+    args = parser.parse_args()
+    steps = args.steps or (300 if args.quick else 2000)
+    layers_list = (1, 2, 3)
+    figures: dict[str, float] = {}
+    try:
+        import gpflux  # noqa: F401
+
+        methods = METHODS
+    except ImportError:
+        print("GPflux not importable: skipping it (pip install gpflux)", file=sys.stderr)
+        methods = METHODS[:2]
+
+    print(f"step function: {steps} Adam steps per model")
+    X, Y, Xt, Yt = step_data()
+    grid = np.linspace(-1.5, 1.5, 150)[:, None]
+    res = run_grid(X, Y, Xt, Yt, layers_list, 1, 20, steps, methods, predict_grid=grid)
+    RESULTS.mkdir(exist_ok=True)
+    plot_step(res, X, Y, grid, RESULTS / "deep_gp_step.png", layers_list, methods)
+    for (method, L), row in res.items():
+        figures[f"step_test_ll_{method}_l{L}"] = row["test_ll"]
+        figures[f"step_train_s_{method}_l{L}"] = row["train_s"]
+
+    if not args.quick:
+        print(f"diabetes: {steps} Adam steps per model")
+        Xd, Yd, Xdt, Ydt, y_scale = diabetes_data()
+        res = run_grid(Xd, Yd, Xdt, Ydt, layers_list, 5, 30, steps, methods)
+        for (method, L), row in res.items():
+            figures[f"diabetes_test_ll_{method}_l{L}"] = row["test_ll"] - float(np.log(y_scale))
+            figures[f"diabetes_train_s_{method}_l{L}"] = row["train_s"]
+
+    if args.tagger:
+        figures.update(tagger_section(args))
+
+    print()
+    print(f"{'figure':36s} value")
+    for key, value in figures.items():
+        print(f"{key:36s} {value:10.4f}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
