@@ -56,9 +56,12 @@ class ModelConfig:
     rbf_conditional: str = "diag"  # K̃_n blocks: "full" T×T (seed eq. 18) or "diag" (its diagonal)
     initial_weight_variance: float = 1e-4  # initial s of q(w) (small: start near the MAP)
     jitter: float = 1e-6
+    unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py)
+    hidden_dims: int = 8  # Q, hidden width of the deep unaries
 
     def validate(self) -> None:
         for name, value, allowed in (
+            ("unary", self.unary, ("shallow", "deep")),
             ("kernel", self.kernel, KERNELS),
             ("likelihood", self.likelihood, LIKELIHOODS),
             ("estimator", self.estimator, ESTIMATORS),
