@@ -147,6 +147,14 @@ class StructuredGP(tf.Module):
                 num_components=config.num_components,
                 dtype=dtype,
             )
+        self.deep = None
+        if config.unary == "deep":  # the deep unaries replace the single-layer inducing-point GP
+            if not config.has_inducing:
+                raise ConfigError(f"deep unaries need a kernel with inducing points, not {config.kernel!r}")
+            from gpseq.structured.deep_unaries import DeepUnaries
+
+            self.kernel = self.inducing = None
+            self.deep = DeepUnaries(config, self.inducing_inputs_t, num_features, V, dtype)
 
     # ---- KL terms (closed forms) --------------------------------------------------------------
     def prior_kl(self):
