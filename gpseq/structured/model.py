@@ -164,6 +164,8 @@ class StructuredGP(tf.Module):
             kl += self.linear.kl()
         if self.inducing is not None:
             kl += self.inducing.kl(None if self.config.whiten else self._kzz_cholesky())
+        if self.deep is not None:
+            kl += self.deep.kl()
         return kl
 
     def _pairwise_kl(self):
