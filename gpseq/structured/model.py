@@ -202,6 +202,8 @@ class StructuredGP(tf.Module):
             m = self._component_means(chol)  # [K, M, V]
             weights = self.inducing.mixture_weights()  # [K]
             mean += tf.einsum("btm,kmv,k->btv", a_w, m, weights)
+        if self.deep is not None:
+            mean += self.deep.mean(batch)
         return mean
 
     def _component_means(self, chol):
