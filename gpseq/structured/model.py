@@ -245,6 +245,8 @@ class StructuredGP(tf.Module):
                 draw = tf.linalg.triangular_solve(tf.broadcast_to(chol, [K, S, *chol.shape]), draw, lower=True)
             f += tf.einsum("btm,ksmv->ksbtv", a_w, draw)
             f += self._conditional_noise(a_w, kxx, batch, [K, S], seeds[2])
+        if self.deep is not None:
+            f += self.deep.sample(batch, S, seeds[3])[None]  # [1, S, B, T, V]
         return (f, draws) if return_draws else f
 
     def _inducing_scale(self):
