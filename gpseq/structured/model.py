@@ -385,7 +385,7 @@ class StructuredGP(tf.Module):
     def get_state(self) -> dict[str, np.ndarray]:
         """Every variable as a named numpy array, plus the inducing inputs stored as CSR parts."""
         state = {name: variable.numpy() for name, variable in self._variables_by_path().items()}
-        if self.inducing is not None:
+        if self.config.has_inducing:  # the single-layer GP's or the deep unaries' Z
             Z = sp.csr_matrix(self.inducing_inputs_t.numpy().T)
             state.update({"inducing_inputs/data": Z.data, "inducing_inputs/indices": Z.indices,
                           "inducing_inputs/indptr": Z.indptr,
