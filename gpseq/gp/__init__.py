@@ -19,3 +19,10 @@ __all__ = [
     "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "natgrad_step",
     "safe_cholesky",
 ]
+
+# deep GPs (DSVI and the nested variational compression bound) and psi statistics
+from gpseq.gp.deep import DeepGP, GPLayer, build_deep_gp  # noqa: E402
+from gpseq.gp.nested import nested_elbo, nested_predict_f  # noqa: E402
+from gpseq.gp.psi import psi_statistics  # noqa: E402
+
+__all__ += ["DeepGP", "GPLayer", "build_deep_gp", "nested_elbo", "nested_predict_f", "psi_statistics"]
