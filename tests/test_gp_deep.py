@@ -148,3 +148,10 @@ def test_build_rejects_bad_configuration():
         build_deep_gp(X, 1, Gaussian(), inference="ep")
     with pytest.raises(ConfigError):
         DeepGP([GPLayer(RBF(), np.zeros((3, 2)), 3), GPLayer(RBF(), np.zeros((3, 2)), 1)], Gaussian())
+
+
+def test_natural_gradients_are_refused_with_a_config_error():
+    X, _ = _data()
+    model = build_deep_gp(X, 1, Gaussian(), num_layers=2, num_inducing=4)
+    with pytest.raises(ConfigError):
+        Trainer(model, natgrad_gamma=0.1)

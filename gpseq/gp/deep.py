@@ -182,8 +182,8 @@ class DeepGP(tf.Module):
         return -self.elbo(batch)
 
     def variational_parameters(self):
-        """q(u) variables of every layer."""
-        return [v for layer in self.layers for v in (layer.q.q_mu, *layer.q.q_sqrt.trainable_variables)]
+        """Natural-gradient steps (`Trainer(natgrad_gamma=...)`) are for single-layer models: refused here."""
+        raise ConfigError("natural-gradient steps are not available for deep GPs; train with Adam (natgrad_gamma=None)")
 
     # ---- prediction -----------------------------------------------------------------------------
     def predict_f(self, X, num_samples: int = 100, seed=(0, 0)):
