@@ -246,10 +246,10 @@ class Tagger:
         if not mean and self._predict_fn is None:
 
             def predict_fn(batch, num_samples, seed):
-                marg, unary, pairwise = model.predict_marginals(batch, num_samples, seed)
+                marg, unary, pairwise, log_z = model.predict_marginals(batch, num_samples, seed)
                 mean_unary, mean_pairwise = model.mean_potentials(batch)
                 path, _ = chain.viterbi(mean_unary, mean_pairwise, batch["lengths"])
-                logp = _mc_log_prob(model, path, unary, pairwise, batch["lengths"])
+                logp = _mc_log_prob(model, path, unary, pairwise, batch["lengths"], log_z)
                 return marg, path, logp
 
             self._predict_fn = tf.function(
@@ -325,6 +325,7 @@ class Tagger:
 
     def _compiled_gold(self):
         import tensorflow as tf
+        import tensorflow_probability as tfp
 
         from gpseq.structured import chain
 
@@ -339,7 +340,9 @@ class Tagger:
                     return chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
 
                 def mc_mode():
-                    _, unary, pairwise = model.predict_marginals(batch, num_samples, seed)
+                    seeds = tfp.random.split_seed(seed, 2)
+                    unary = model.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
+                    pairwise = model.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
                     return _mc_log_prob(model, batch["labels"], unary, pairwise, batch["lengths"])
 
                 return tf.cond(mean, mean_mode, mc_mode)
@@ -438,11 +441,19 @@ class Tagger:
         return cls(config, featurizer, meta["labels"], model, meta.get("scores"))
 
 
-def _mc_log_prob(model, labels, unary, pairwise, lengths):
-    """log E_q[p(y | f)] per sequence from samples `[K, S, B, T, V]` (log-mean-exp over S, mixture over K)."""
+def _mc_log_prob(model, labels, unary, pairwise, lengths, log_z=None):
+    """log E_q[p(y | f)] per sequence from samples `[K, S, B, T, V]` (log-mean-exp over S, mixture over K).
+
+    Always the exact linear-chain p(y | f) (a pseudo-likelihood is a training objective, not a
+    distribution over paths); `log_z [K, S, B]` reuses the partition functions already computed."""
     import tensorflow as tf
 
-    ll = model.log_likelihood(labels, unary, pairwise, lengths)  # [K, S, B]
+    from gpseq.structured import chain
+
+    if log_z is None:
+        ll = chain.log_likelihood(labels, unary, pairwise, lengths)  # [K, S, B]
+    else:
+        ll = chain.sequence_score(labels, unary, pairwise, lengths) - log_z
     S = tf.cast(tf.shape(ll)[1], ll.dtype)
     per_component = tf.reduce_logsumexp(ll, axis=1) - tf.math.log(S)  # [K, B]
     log_weights = tf.math.log(model._mixture_weights())[:, None]

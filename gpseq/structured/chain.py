@@ -410,10 +410,11 @@ def log_likelihood(labels, unary, pairwise, lengths, *, method: str = "scan"):
     return layout.out(_score_core(layout, layout.labels(labels)) - log_z)
 
 
-def unary_marginals(unary, pairwise, lengths, *, method: str = "scan"):
+def unary_marginals(unary, pairwise, lengths, *, method: str = "scan", return_log_partition: bool = False):
     """Per-token posteriors p(y_t = j | f) `[..., B, T, V]` by forward–backward; padding is 0.
 
-    unary `[..., B, T, V]`, pairwise broadcastable to `[..., B, V, V]`, lengths `[B]`.
+    unary `[..., B, T, V]`, pairwise broadcastable to `[..., B, V, V]`, lengths `[B]`. With
+    `return_log_partition` also returns log Z `[..., B]` from the same forward pass.
     """
     layout = _Layout(unary, pairwise, lengths)
     log_z, alphas, gammas = _messages_both_ways(layout, method)
@@ -421,7 +422,10 @@ def unary_marginals(unary, pairwise, lengths, *, method: str = "scan"):
     log_marg = alphas + gammas - unary_tm - log_z[None, ..., None]  # [T, G, M, V]
     marg = tf.transpose(tf.exp(tf.minimum(log_marg, 0.0)), [1, 2, 0, 3])
     marg = tf.where(layout.mask[..., None], marg, tf.zeros_like(marg))
-    return layout.out(marg, event_rank=2)
+    marg = layout.out(marg, event_rank=2)
+    if return_log_partition:
+        return marg, layout.out(tf.where(layout.lengths > 0, log_z, tf.zeros_like(log_z)))
+    return marg
 
 
 def marginals(unary, pairwise, lengths, *, method: str = "scan"):

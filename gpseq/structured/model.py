@@ -367,15 +367,15 @@ class StructuredGP(tf.Module):
         return self.unary_mean(batch), tf.convert_to_tensor(self.pairwise_mean)
 
     def predict_marginals(self, batch, num_samples: int, seed):
-        """Per-token label marginals averaged over posterior samples of f `[B, T, V]`, and the
-        Monte Carlo log-probability of each sequence's Viterbi path under the mean potentials.
-        """
+        """Per-token label marginals averaged over posterior samples of f `[B, T, V]`, with the
+        samples (unary `[K, S, B, T, V]`, pairwise `[S, 1, V, V]`) and their log Z `[K, S, B]`."""
         seeds = tfp.random.split_seed(seed, 2)
         unary = self.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
         pairwise = self.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
-        marg = chain.unary_marginals(unary, pairwise, batch["lengths"])  # [K, S, B, T, V]
+        marg, log_z = chain.unary_marginals(unary, pairwise, batch["lengths"], return_log_partition=True)
         weights = self._mixture_weights()
-        return tf.einsum("k,ksbtv->btv", weights, marg) / tf.cast(num_samples, marg.dtype), unary, pairwise
+        mean = tf.einsum("k,ksbtv->btv", weights, marg) / tf.cast(num_samples, marg.dtype)
+        return mean, unary, pairwise, log_z
 
     # ---- persistence as plain arrays ----------------------------------------------------------
     def _variables_by_path(self) -> dict[str, tf.Variable]:
