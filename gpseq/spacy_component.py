@@ -176,7 +176,17 @@ class GpseqComponent:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return tuple(self.tagger.labels)
+        """The model's labels; read from `tagger.json` when the model is not loaded (spaCy's meta
+        asks for them before `from_disk`), empty when there is no readable model there."""
+        if self._tagger is not None:
+            return tuple(self._tagger.labels)
+        import json
+
+        try:
+            meta_path = Path(_check_model_dir(self.model_path, self.name)) / "tagger.json"
+            return tuple(json.loads(meta_path.read_text(encoding="utf-8"))["labels"])
+        except (ConfigError, ModelFormatError, KeyError, TypeError):
+            return ()
 
     def initialize(self, get_examples=None, *, nlp: Language | None = None) -> None:
         """Check the model directory (spaCy calls this from `nlp.initialize()`, e.g. in `spacy assemble`).
