@@ -11,8 +11,9 @@
 2. diabetes (scikit-learn bundled; 442 × 10, standardised, 80/20 split): the same 9 models,
    hidden width 5, M = 30; test log-likelihood per point in the units of the original target.
 3. (`--tagger`) deep-GP unaries (`ModelConfig(unary="deep", hidden_dims=8)`) vs the single-layer
-   tagger (`unary="shallow"`) on CoNLL-2000: both the default kernel (weight-space linear part +
-   RBF GP, M = 32 K-means inducing inputs), the first `--tagger-train` training sentences (default
+   tagger (`unary="shallow"`) on CoNLL-2000, with the default kernel (weight-space linear part +
+   RBF GP) and with "paper-rbf" (no linear part: the deep GP / the RBF GP alone; keys with suffix
+   `_paper_rbf`), M = 32 K-means inducing inputs, the first `--tagger-train` training sentences (default
    2000), the first `--tagger-test` test sentences (default 500), 3 epochs of batch 32, Adam 0.02, no
    early stopping, 16 predictive samples; chunk F1, token NLL, ECE, training time.
 
@@ -180,10 +181,12 @@ def tagger_section(args) -> dict:
     test = read_conll(root / "conll2000" / "test.txt")[:n_test]
     print(f"CoNLL-2000 subset: {len(train)} train / {len(test)} test sentences")
     out = {}
-    for unary in ("shallow", "deep"):
+    for kernel in args.tagger_kernels.split(","):
+      suffix = "" if kernel == "linear+rbf" else "_" + kernel.replace("-", "_").replace("+", "_")
+      for unary in ("shallow", "deep"):
         config = TaggerConfig(
             features=get_preset("chunking"),
-            model=ModelConfig(num_inducing=32, unary=unary, hidden_dims=8),
+            model=ModelConfig(kernel=kernel, num_inducing=32, unary=unary, hidden_dims=8),
             training=TrainingConfig(epochs=3, batch_size=32, learning_rate=0.02, early_stopping="none", seed=0),
             predict_samples=16,
         )
@@ -192,9 +195,9 @@ def tagger_section(args) -> dict:
         secs = time.perf_counter() - start
         report = tagger.evaluate(test).to_dict()
         for key in ("chunk_f1", "token_nll", "ece", "token_accuracy"):
-            out[f"conll_{key}_{unary}"] = float(report[key])
-        out[f"conll_train_s_{unary}"] = secs
-        print(f"  {unary:7s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
+            out[f"conll_{key}_{unary}{suffix}"] = float(report[key])
+        out[f"conll_train_s_{unary}{suffix}"] = secs
+        print(f"  {kernel:10s} {unary:7s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
               f"ECE {report['ece']:.4f}  train {secs:.1f} s", flush=True)
     return out
 
@@ -207,6 +210,8 @@ def main() -> None:
     parser.add_argument("--tagger", action="store_true", help="also run the CoNLL-2000 deep-unary comparison")
     parser.add_argument("--tagger-train", type=int, default=2000, help="training sentences for --tagger")
     parser.add_argument("--tagger-test", type=int, default=500, help="test sentences for --tagger")
+    parser.add_argument("--tagger-kernels", default="linear+rbf,paper-rbf",
+                        help="comma-separated ModelConfig kernels to compare deep vs shallow with")
     parser.add_argument("--skip-regression", action="store_true", help="only the --tagger section")
     args = parser.parse_args()
     steps = args.steps or (300 if args.quick else 2000)
