@@ -182,23 +182,23 @@ def tagger_section(args) -> dict:
     print(f"CoNLL-2000 subset: {len(train)} train / {len(test)} test sentences")
     out = {}
     for kernel in args.tagger_kernels.split(","):
-      suffix = "" if kernel == "linear+rbf" else "_" + kernel.replace("-", "_").replace("+", "_")
-      for unary in ("shallow", "deep"):
-        config = TaggerConfig(
-            features=get_preset("chunking"),
-            model=ModelConfig(kernel=kernel, num_inducing=32, unary=unary, hidden_dims=8),
-            training=TrainingConfig(epochs=3, batch_size=32, learning_rate=0.02, early_stopping="none", seed=0),
-            predict_samples=16,
-        )
-        start = time.perf_counter()
-        tagger = Tagger.train(train, config)
-        secs = time.perf_counter() - start
-        report = tagger.evaluate(test).to_dict()
-        for key in ("chunk_f1", "token_nll", "ece", "token_accuracy"):
-            out[f"conll_{key}_{unary}{suffix}"] = float(report[key])
-        out[f"conll_train_s_{unary}{suffix}"] = secs
-        print(f"  {kernel:10s} {unary:7s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
-              f"ECE {report['ece']:.4f}  train {secs:.1f} s", flush=True)
+        suffix = "" if kernel == "linear+rbf" else "_" + kernel.replace("-", "_").replace("+", "_")
+        for unary in ("shallow", "deep"):
+            config = TaggerConfig(
+                features=get_preset("chunking"),
+                model=ModelConfig(kernel=kernel, num_inducing=32, unary=unary, hidden_dims=8),
+                training=TrainingConfig(epochs=3, batch_size=32, learning_rate=0.02, early_stopping="none", seed=0),
+                predict_samples=16,
+            )
+            start = time.perf_counter()
+            tagger = Tagger.train(train, config)
+            secs = time.perf_counter() - start
+            report = tagger.evaluate(test).to_dict()
+            for key in ("chunk_f1", "token_nll", "ece", "token_accuracy"):
+                out[f"conll_{key}_{unary}{suffix}"] = float(report[key])
+            out[f"conll_train_s_{unary}{suffix}"] = secs
+            print(f"  {kernel:10s} {unary:7s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
+                  f"ECE {report['ece']:.4f}  train {secs:.1f} s", flush=True)
     return out
 
 
