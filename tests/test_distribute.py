@@ -121,6 +121,18 @@ def test_strategy_configuration_errors(monkeypatch):
         make_strategy("multiworker")
 
 
+def test_chief_process_from_tf_config():
+    from gpseq.gp.trainer import is_chief_process
+
+    workers = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    assert is_chief_process("")
+    assert is_chief_process(json.dumps({"cluster": workers, "task": {"type": "worker", "index": 0}}))
+    assert not is_chief_process(json.dumps({"cluster": workers, "task": {"type": "worker", "index": 1}}))
+    with_chief = {"chief": ["127.0.0.1:3"], **workers}
+    assert not is_chief_process(json.dumps({"cluster": with_chief, "task": {"type": "worker", "index": 0}}))
+    assert is_chief_process(json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}}))
+
+
 # ---- subprocesses: two logical CPUs; two workers --------------------------------------------------
 def test_mirrored_two_logical_cpus_equal_one_device(tmp_path):
     out = tmp_path / "mirrored.json"

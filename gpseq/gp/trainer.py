@@ -96,6 +96,21 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
 
 
+def is_chief_process(tf_config: str | None = None) -> bool:
+    """Whether this process is the chief of the `TF_CONFIG` cluster (default: the environment's);
+    True without one. For callers without the strategy, e.g. the CLI deciding who saves the model."""
+    raw = os.environ.get("TF_CONFIG") if tf_config is None else tf_config
+    if not raw:
+        return True
+    try:
+        spec = json.loads(raw)
+        task, cluster = spec.get("task", {}), spec.get("cluster", {})
+    except (json.JSONDecodeError, AttributeError):
+        return True  # make_strategy reports a malformed TF_CONFIG
+    kind, index = task.get("type"), int(task.get("index", 0))
+    return kind in (None, "chief") or (kind == "worker" and index == 0 and "chief" not in cluster)
+
+
 def batch_size_of(batch) -> tf.Tensor:
     """Leading size of the first tensor of `batch` (a tuple, list or dict of tensors) → int32 scalar."""
     first = tf.nest.flatten(batch)[0]
