@@ -175,3 +175,16 @@ def test_nested_rejects_unsupported_configurations():
         DeepGP([GPLayer(Matern32(), Z, 1)], Gaussian(), inference="nested")
     with pytest.raises(ConfigError):  # hidden layer without noise
         DeepGP([GPLayer(RBF(), Z, 1), GPLayer(RBF(), Z, 1)], Gaussian(), inference="nested")
+
+
+@pytest.mark.parametrize("whiten,full_cov", [(True, True), (False, False)])
+def test_deterministic_first_layer_equals_general_terms_at_zero_variance(whiten, full_cov):
+    rng = np.random.default_rng(8)
+    layer = GPLayer(RBF(1.2, [0.8, 1.5], ard=True), rng.normal(size=(5, 2)), 3, mean_weights=rng.normal(size=(2, 3)),
+                    whiten=whiten, full_cov=full_cov)
+    _random_q(layer.q, rng)
+    X = rng.normal(size=(6, 2))
+    fast = layer_terms(layer, X)
+    general = layer_terms(layer, X, np.zeros_like(X))
+    for a, b in zip(fast, general):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-10)

@@ -49,12 +49,16 @@ def _solve_both_sides(L, A):
     return tf.linalg.matrix_transpose(tf.linalg.triangular_solve(Lb, tf.linalg.matrix_transpose(left), lower=True))
 
 
-def layer_terms(layer, mu, var):
+def layer_terms(layer, mu, var=None):
     """One layer of the nested bound under q(h_{i−1}) = N(`mu [N, D]`, diag `var [N, D]`).
 
     Returns (message mean `[N, P]`, bᵀ S b `[N, P]`, propagation p `[N, P]`, compression c `[N, P]`).
+    `var=None` means deterministic inputs (the first layer): Φ = ψψᵀ, so p = 0 and nothing of size
+    `[N, M, M]` is formed.
     """
     mu = tf.convert_to_tensor(mu, layer.dtype)
+    if var is None:
+        return _deterministic_terms(layer, mu)
     var = tf.convert_to_tensor(var, layer.dtype)
     psi0, psi1, phi, xi = psi_statistics(layer.kernel, mu, var, layer.inducing_inputs)
     L = layer.kzz_cholesky()  # [M, M]
@@ -96,10 +100,28 @@ def layer_terms(layer, mu, var):
     return mean, bSb, propagation, tf.tile(compression[:, None], [1, P])
 
 
+def _deterministic_terms(layer, X):
+    """`layer_terms` at known inputs `X [N, D]`: mean A m + X W, bᵀSb = A S Aᵀ, p = 0, c = diag K̃."""
+    L = layer.kzz_cholesky()
+    kxz = layer.kernel.K(X, layer.inducing_inputs)  # [N, M]
+    a_w = tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(kxz), lower=True))  # [N, M]
+    b = a_w if layer.whiten else tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(a_w), lower=True,
+                                                                         adjoint=True))
+    q_mu = layer.q.q_mu[0]
+    q_sqrt = tf.convert_to_tensor(layer.q.q_sqrt)[0]
+    mean = tf.linalg.matmul(b, q_mu) + layer.mean_function(X)
+    if q_sqrt.shape.rank == 3:
+        bSb = tf.transpose(tf.reduce_sum(tf.einsum("nm,pmk->pnk", b, q_sqrt) ** 2, -1))  # [N, P]
+    else:
+        bSb = tf.linalg.matmul(b**2, q_sqrt**2)
+    compression = layer.kernel.K_diag(X) - tf.reduce_sum(a_w**2, -1)  # [N]
+    return mean, bSb, tf.zeros_like(mean), tf.tile(compression[:, None], [1, tf.shape(mean)[1]])
+
+
 def nested_terms(model, X):
     """Forward pass of Gaussian messages: per-layer (mean, bᵀSb, propagation, compression) `[N, P_i]` lists."""
     mu = tf.convert_to_tensor(X, model.dtype)
-    var = tf.zeros_like(mu)
+    var = None  # h_0 = X is known
     out = []
     for i, layer in enumerate(model.layers):
         mean, bSb, prop, comp = layer_terms(layer, mu, var)
