@@ -5,7 +5,8 @@
    1, 2 and 3 layers (hidden width 1, linear identity mean on hidden layers, RBF kernels, M = 20
    K-means inducing inputs), full-batch Adam (lr 0.01): gpseq DSVI (S = 5 samples per step), gpseq
    nested bound (seed eq. 19, closed form), GPflux `build_constant_input_dim_deep_gp` (same M, same
-   inner q(u) scale 1e-5, noise 1e-2, Keras fit). Training time is wall time of all steps including
+   inner q(u) scale 1e-5, noise 1e-2, Keras fit; its builder starts hidden kernels at variance 1e-6,
+   lengthscale 2, gpseq's at 1, 1: `--methods ...,gpflux_init` adds GPflux started like gpseq). Training time is wall time of all steps including
    tracing/compiling the step. Test log-likelihood per point from the mixture of
    S = 200 propagated samples; a PNG of the predictive density per model (benchmarks/results/).
 2. diabetes (scikit-learn bundled; 442 × 10, standardised, 80/20 split): the same 9 models,
@@ -81,7 +82,7 @@ def gpseq_predict(model, Xs, S=200):
 
 
 # ---- GPflux -----------------------------------------------------------------------------------------
-def fit_gpflux(X, Y, layers, M, steps, seed=0):
+def fit_gpflux(X, Y, layers, M, steps, seed=0, match_init=False):
     import gpflow
     from gpflow.keras import tf_keras
     from gpflux.architectures import Config, build_constant_input_dim_deep_gp
@@ -91,6 +92,10 @@ def fit_gpflux(X, Y, layers, M, steps, seed=0):
     gpflow.config.set_default_float(np.float64)
     cfg = Config(num_inducing=M, inner_layer_qsqrt_factor=1e-5, likelihood_noise_variance=1e-2, whiten=True)
     dgp = build_constant_input_dim_deep_gp(X, num_layers=layers, config=cfg)
+    if match_init:  # gpseq's hidden-layer initialisation (kernel variance 1, lengthscales 1) instead of 1e-6, 2
+        for layer in dgp.f_layers[:-1]:
+            layer.kernel.kernel.variance.assign(1.0)
+            layer.kernel.kernel.lengthscales.assign(np.ones(X.shape[1]))
     model = dgp.as_training_model()
     model.compile(tf_keras.optimizers.Adam(0.01))
     start = time.perf_counter()
@@ -121,12 +126,12 @@ def run_grid(X, Y, Xt, Yt, layers_list, hidden, M, steps, methods, predict_grid=
     out = {}
     for L in layers_list:
         for method in methods:
-            if method == "gpflux":
+            if method.startswith("gpflux"):
                 if X.shape[1] != hidden and L > 1:
                     hidden_note = f"(GPflux keeps hidden width = D = {X.shape[1]})"
                 else:
                     hidden_note = ""
-                dgp, secs = fit_gpflux(X, Y, L, M, steps)
+                dgp, secs = fit_gpflux(X, Y, L, M, steps, match_init=method == "gpflux_init")
                 predict = lambda Xs, dgp=dgp: gpflux_predict(dgp, Xs)  # noqa: E731
             else:
                 hidden_note = ""
@@ -210,20 +215,23 @@ def main() -> None:
     parser.add_argument("--tagger", action="store_true", help="also run the CoNLL-2000 deep-unary comparison")
     parser.add_argument("--tagger-train", type=int, default=2000, help="training sentences for --tagger")
     parser.add_argument("--tagger-test", type=int, default=500, help="test sentences for --tagger")
+    parser.add_argument("--methods", default="dsvi,nested,gpflux",
+                        help="comma-separated: dsvi, nested, gpflux, gpflux_init (GPflux with gpseq's hidden init)")
     parser.add_argument("--tagger-kernels", default="linear+rbf,paper-rbf",
                         help="comma-separated ModelConfig kernels to compare deep vs shallow with")
+    parser.add_argument("--step-only", action="store_true", help="skip the diabetes set")
+    parser.add_argument("--plot-suffix", default="", help="suffix of the step-function PNG name")
     parser.add_argument("--skip-regression", action="store_true", help="only the --tagger section")
     args = parser.parse_args()
     steps = args.steps or (300 if args.quick else 2000)
     layers_list = (1, 2, 3)
     figures: dict[str, float] = {}
+    methods = tuple(args.methods.split(","))
     try:
         import gpflux  # noqa: F401
-
-        methods = METHODS
     except ImportError:
         print("GPflux not importable: skipping it (pip install gpflux)", file=sys.stderr)
-        methods = METHODS[:2]
+        methods = tuple(m for m in methods if not m.startswith("gpflux"))
 
     if not args.skip_regression:
         print(f"step function: {steps} Adam steps per model")
@@ -231,12 +239,12 @@ def main() -> None:
         grid = np.linspace(-1.5, 1.5, 150)[:, None]
         res = run_grid(X, Y, Xt, Yt, layers_list, 1, 20, steps, methods, predict_grid=grid)
         RESULTS.mkdir(exist_ok=True)
-        plot_step(res, X, Y, grid, RESULTS / "deep_gp_step.png", layers_list, methods)
+        plot_step(res, X, Y, grid, RESULTS / f"deep_gp_step{args.plot_suffix}.png", layers_list, methods)
         for (method, L), row in res.items():
             figures[f"step_test_ll_{method}_l{L}"] = row["test_ll"]
             figures[f"step_train_s_{method}_l{L}"] = row["train_s"]
 
-    if not args.quick and not args.skip_regression:
+    if not args.quick and not args.skip_regression and not args.step_only:
         print(f"diabetes: {steps} Adam steps per model")
         Xd, Yd, Xdt, Ydt, y_scale = diabetes_data()
         res = run_grid(Xd, Yd, Xdt, Ydt, layers_list, 5, 30, steps, methods)
