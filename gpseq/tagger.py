@@ -325,7 +325,7 @@ class Tagger:
 
     def _compiled_gold(self):
         import tensorflow as tf
-        import tensorflow_probability as tfp
+        from gpseq._tfp import tfp
 
         from gpseq.structured import chain
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
+from gpseq._tfp import tfp
 
 from gpseq.features.padded import PaddedRows
 

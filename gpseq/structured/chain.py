@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
+from gpseq._tfp import tfp
 
 from gpseq.errors import ConfigError
 

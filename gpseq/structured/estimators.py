@@ -65,7 +65,7 @@ def score_function_surrogate(values, log_densities, scores, use_control_variates
 
 def score_function_ell(model, batch, num_samples: int, seed, use_control_variates: bool = True):
     """Σ_n Σ_k π_k E_{q_k}[log p(y_n|f_n)] with score-function gradients (value: the MC estimate)."""
-    import tensorflow_probability as tfp
+    from gpseq._tfp import tfp
 
     seeds = tfp.random.split_seed(seed, 2)
     unary, draws = model.sample_unary(batch, num_samples, seeds[0], return_draws=True)  # [K, S, B, T, V]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
-import tensorflow_probability as tfp
+from gpseq._tfp import tfp
 
 from gpseq.errors import ConfigError
 from gpseq.features.padded import PaddedRows
