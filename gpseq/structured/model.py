@@ -109,6 +109,8 @@ class StructuredGP(tf.Module):
         # Optional log p(y | f) as a NumPy function (labels, unary, pairwise, lengths) → [..., B];
         # only the score-function estimator can train with it (seed §5.2).
         self.black_box_log_likelihood = None
+        # (q_mu, q_sqrt) while an ELBO is evaluated at other q(u) parameters; untracked by tf.Module
+        object.__setattr__(self, "_q_override", None)
         V = num_labels
         self.label_bias = tf.Variable(tf.zeros([V], dtype), name="label_bias")
         self.pairwise_mean = tf.Variable(tf.zeros([V, V], dtype), name="pairwise_mean")
@@ -163,7 +165,8 @@ class StructuredGP(tf.Module):
         if self.linear is not None:
             kl += self.linear.kl()
         if self.inducing is not None:
-            kl += self.inducing.kl(None if self.config.whiten else self._kzz_cholesky())
+            q_mu, q_sqrt = self._q_override or (None, None)
+            kl += self.inducing.kl(None if self.config.whiten else self._kzz_cholesky(), q_mu=q_mu, q_sqrt=q_sqrt)
         if self.deep is not None:
             kl += self.deep.kl()
         return kl
@@ -207,7 +210,7 @@ class StructuredGP(tf.Module):
         return mean
 
     def _component_means(self, chol):
-        m = self.inducing.q_mu  # [K, M, V] (whitened: v; else u)
+        m = self._q_mean()  # [K, M, V] (whitened: v; else u)
         if not self.config.whiten:
             # A = K_xz K_zz⁻¹ = A_w L⁻¹, so A m = A_w (L⁻¹ m)
             m = tf.linalg.triangular_solve(tf.broadcast_to(chol, [tf.shape(m)[0], *chol.shape]), m, lower=True)
@@ -251,11 +254,19 @@ class StructuredGP(tf.Module):
 
     def _inducing_scale(self):
         """q(u) scale per component and label: `[K, V, M, M]` lower-triangular (diag: `[K, V, M]`)."""
+        if self._q_override is not None:
+            return tf.convert_to_tensor(self._q_override[1])
         return tf.convert_to_tensor(self.inducing.q_sqrt)
+
+    def _q_mean(self):
+        """q(u) means `[K, M, V]` (or the override of a natural-gradient step)."""
+        if self._q_override is not None:
+            return tf.convert_to_tensor(self._q_override[0])
+        return tf.convert_to_tensor(self.inducing.q_mu)
 
     def _draw_inducing(self, num_samples: int, seed):
         """Draws of the inducing values from each mixture component `[K, S, M, V]`."""
-        q_mu = tf.convert_to_tensor(self.inducing.q_mu)  # [K, M, V]
+        q_mu = self._q_mean()  # [K, M, V]
         K, M, V = tf.shape(q_mu)[0], tf.shape(q_mu)[1], tf.shape(q_mu)[2]
         eps = tf.random.stateless_normal([K, num_samples, V, M], seed, dtype=self.dtype)
         scale = self._inducing_scale()
@@ -279,7 +290,7 @@ class StructuredGP(tf.Module):
     def inducing_log_densities(self, v):
         """Per component k: log q_k(v_j) per label `[S, V]` and its mean-score `[S, M, V]`."""
         v = tf.stop_gradient(v)
-        q_mu = tf.convert_to_tensor(self.inducing.q_mu)  # [K, M, V]
+        q_mu = self._q_mean()  # [K, M, V]
         scale = self._inducing_scale()
         out = []
         for k in range(self.config.num_components):
@@ -355,11 +366,22 @@ class StructuredGP(tf.Module):
             return tf.ones([1], self.dtype)
         return self.inducing.mixture_weights()
 
-    def elbo(self, batch, num_sequences, num_samples: int, seed):
-        """Minibatch ELBO (seed eq. 14) with the likelihood rescaled by N_seq / B."""
+    def elbo(self, batch, num_sequences, num_samples: int, seed, q_mu=None, q_sqrt=None):
+        """Minibatch ELBO (seed eq. 14) with the likelihood rescaled by N_seq / B.
+
+        `q_mu [K, M, V]`, `q_sqrt` (as `inducing.q_sqrt`) replace q(u)'s parameters for this
+        evaluation (natural-gradient steps differentiate the ELBO through them)."""
         batch_size = tf.cast(tf.shape(batch["lengths"])[0], self.dtype)
         scale = tf.cast(num_sequences, self.dtype) / batch_size
-        return scale * self.expected_log_likelihood(batch, num_samples, seed) - self.prior_kl()
+        if q_mu is None:
+            return scale * self.expected_log_likelihood(batch, num_samples, seed) - self.prior_kl()
+        if self.inducing is None:
+            raise ConfigError("q(u) overrides need a model with inducing points")
+        object.__setattr__(self, "_q_override", (q_mu, q_sqrt))
+        try:
+            return scale * self.expected_log_likelihood(batch, num_samples, seed) - self.prior_kl()
+        finally:
+            object.__setattr__(self, "_q_override", None)
 
     # ---- prediction ---------------------------------------------------------------------------
     def mean_potentials(self, batch):
