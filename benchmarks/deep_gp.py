@@ -170,6 +170,14 @@ def plot_step(results, X, Y, grid, path, layers_list, methods):
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+    _quantise_png(path)
+
+
+def _quantise_png(path, colours=64):
+    """Rewrites a PNG with a 64-colour palette (a few tens of kB instead of hundreds)."""
+    from PIL import Image
+
+    Image.open(path).convert("RGB").quantize(colours).save(path, optimize=True)
 
 
 def tagger_section(args) -> dict:
