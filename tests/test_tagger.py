@@ -291,3 +291,30 @@ def test_elbo_at_overridden_q_u_equals_elbo_at_the_same_variables():
         moved = float(model.elbo(batch, 10, 4, seed, q_mu=q_mu + 1.0, q_sqrt=q_sqrt))
         assert abs(moved - plain) > 1e-3
         assert abs(float(model.elbo(batch, 10, 4, seed)) - plain) < 1e-9
+
+
+def test_one_token_sentences_tag_and_train():
+    # a batch whose longest sentence has one token (the chain scans need a padded second step)
+    from gpseq.corpora.types import Sentence
+
+    data, _ = _tiny_data(n_seq=3, max_len=1, n_features=6, n_labels=2)
+    model, _ = _tiny_model(n_features=6, n_labels=2)
+    batch = _batch(data)
+    assert batch["values"].shape[1] == 2 and int(tf.reduce_max(batch["lengths"])) == 1
+    marg, _, _, log_z = model.predict_marginals(batch, 4, tf.constant([0, 1]))
+    np.testing.assert_allclose(tf.reduce_sum(marg[:, 0], -1).numpy(), 1.0, atol=1e-9)
+    np.testing.assert_allclose(tf.reduce_sum(marg[:, 1], -1).numpy(), 0.0)  # the padded step
+    with tf.GradientTape() as tape:
+        elbo = model.elbo(batch, 3, 2, tf.constant([0, 1]))
+    assert all(np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
+               for g in tape.gradient(elbo, model.trainable_variables) if g is not None)
+    # through the public API, in both prediction modes
+    train = [Sentence(["a", "b"], ["X", "Y"]), Sentence(["b"], ["Y"]), Sentence(["a"], ["X"])] * 4
+    from gpseq.features import get_preset
+
+    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(num_inducing=2),
+                          training=TrainingConfig(epochs=1, batch_size=4, dev_fraction=0.0, seed=0))
+    tagger = Tagger.train(train, config)
+    for mean in (False, True):
+        result = tagger.tag([["b"]], mean=mean)[0]
+        assert result.probabilities.shape == (1, 2) and abs(result.probabilities.sum() - 1.0) < 1e-6
