@@ -75,9 +75,12 @@ def fit_gpseq(method, X, Y, layers, hidden, M, steps, seed=0):
     return model, time.perf_counter() - start  # includes tracing the step
 
 
-def gpseq_predict(model, Xs, S=200):
+PREDICT_SAMPLES = 200
+
+
+def gpseq_predict(model, Xs, S=None):
     """Mixture components of the predictive y: (mean `[S, N]`, var `[S, N]`)."""
-    m, v = model.predict_y(Xs, num_samples=S, seed=(1, 2))
+    m, v = model.predict_y(Xs, num_samples=S or PREDICT_SAMPLES, seed=(1, 2))
     return m.numpy()[..., 0], v.numpy()[..., 0]
 
 
@@ -103,10 +106,10 @@ def fit_gpflux(X, Y, layers, M, steps, seed=0, match_init=False):
     return dgp, time.perf_counter() - start
 
 
-def gpflux_predict(dgp, Xs, S=200):
+def gpflux_predict(dgp, Xs, S=None):
     pm = dgp.as_prediction_model()
     means, variances = [], []
-    for _ in range(S):  # each call propagates one sample through the hidden layers
+    for _ in range(S or PREDICT_SAMPLES):  # each call propagates one sample through the hidden layers
         out = pm(Xs)
         means.append(np.asarray(out.y_mean)[:, 0])
         variances.append(np.asarray(out.y_var)[:, 0])
@@ -217,7 +220,8 @@ def tagger_section(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer steps, no diabetes set")
+    parser.add_argument("--quick", action="store_true",
+                        help="step function only: 1 and 2 layers, 100 steps, 50 predictive samples")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--steps", type=int, default=None, help="training steps per model (default 2000, quick 300)")
     parser.add_argument("--tagger", action="store_true", help="also run the CoNLL-2000 deep-unary comparison")
@@ -231,8 +235,10 @@ def main() -> None:
     parser.add_argument("--plot-suffix", default="", help="suffix of the step-function PNG name")
     parser.add_argument("--skip-regression", action="store_true", help="only the --tagger section")
     args = parser.parse_args()
-    steps = args.steps or (300 if args.quick else 2000)
-    layers_list = (1, 2, 3)
+    steps = args.steps or (100 if args.quick else 2000)
+    layers_list = (1, 2) if args.quick else (1, 2, 3)
+    global PREDICT_SAMPLES
+    PREDICT_SAMPLES = 50 if args.quick else 200
     figures: dict[str, float] = {}
     methods = tuple(args.methods.split(","))
     try:

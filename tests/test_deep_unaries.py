@@ -135,6 +135,8 @@ def test_configuration_errors():
         _tiny(num_components=2)
     with pytest.raises(ConfigError):
         _tiny(estimator="score")
+    with pytest.raises(ConfigError):
+        _tiny(kernel="paper-linear")
 
 
 def test_tagger_with_deep_unaries_learns_the_sample(sample_dir, tmp_path):

@@ -39,6 +39,8 @@ class DeepUnaries(tf.Module):
             raise ConfigError("deep unaries need a single-component q(u) (num_components = 1)")
         if config.estimator != "pathwise":
             raise ConfigError("deep unaries need the pathwise estimator")
+        if config.kernel == "paper-linear":
+            raise ConfigError("deep unaries use RBF kernels: choose kernel 'linear+rbf' or 'paper-rbf'")
         if config.hidden_dims < 1:
             raise ConfigError(f"hidden_dims must be >= 1, got {config.hidden_dims}")
         Q, V = int(config.hidden_dims), num_labels
