@@ -1,6 +1,7 @@
 """Subprocess side of tests/test_distribute.py (TensorFlow's devices must be set up before it starts).
 
-    python tests/distribute_worker.py mirrored OUT.json     # 2 logical CPUs: ELBOs, gradients, training, resume
+    python tests/distribute_worker.py mirrored-elbo OUT.json      # 2 logical CPUs: ELBOs and gradients
+    python tests/distribute_worker.py mirrored-training OUT.json  # 2 logical CPUs: training, resume, SVGP
     python tests/distribute_worker.py train OUT.npz CKPT    # train the small model; TF_CONFIG set → multiworker
 
 Prints nothing the test reads; results go to OUT (JSON or .npz).
@@ -61,25 +62,30 @@ def values(model) -> list[np.ndarray]:
     return [v.numpy() for v in model.trainable_variables]
 
 
-def distributed_loss_and_gradient(strategy, model, data, sentence_ids, seed):
-    """Global loss and gradient of one step under `strategy` (SGD with rate 1 from a saved point)."""
+def gradient_probe(strategy, model):
+    """A function (data, sentence ids, seed) → (global loss, applied, gradient) of one step under
+    `strategy`: SGD with rate 1 from the model's current point, which is then restored."""
     import tensorflow as tf
 
     from gpseq.gp.trainer import build_svi_step
     from gpseq.training.distribute import distributed_batches, sequence_count
 
     variables = model.trainable_variables
-    before = values(model)
     with strategy.scope():
         optimizer = tf.keras.optimizers.SGD(learning_rate=1.0)
         optimizer.build(variables)
     step = build_svi_step(strategy, lambda b, s: model.loss(b, s)[0], variables, optimizer, size_fn=sequence_count)
-    batch = next(iter(distributed_batches(strategy, data, [sentence_ids], tf.float64)))
-    loss, applied = step(batch, tf.constant(seed, tf.int32))
-    gradient = [b - v.numpy() for b, v in zip(before, variables)]
-    for variable, value in zip(variables, before):
-        variable.assign(value)
-    return float(loss), bool(applied), gradient
+
+    def probe(data, sentence_ids, seed):
+        before = values(model)
+        batch = next(iter(distributed_batches(strategy, data, [sentence_ids], tf.float64)))
+        loss, applied = step(batch, tf.constant(seed, tf.int32))
+        gradient = [b - v.numpy() for b, v in zip(before, variables)]
+        for variable, value in zip(variables, before):
+            variable.assign(value)
+        return float(loss), bool(applied), gradient
+
+    return probe
 
 
 def one_device_loss_and_gradient(model, batch, seed):
@@ -90,7 +96,7 @@ def one_device_loss_and_gradient(model, batch, seed):
     return float(loss), [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
-def run_mirrored(out_path: str) -> None:
+def run_mirrored_elbo(out_path: str) -> None:
     import tensorflow as tf
 
     from gpseq.gp.trainer import make_strategy
@@ -104,18 +110,18 @@ def run_mirrored(out_path: str) -> None:
     report = {"replicas": strategy.num_replicas_in_sync, "devices": list(strategy.extended.worker_devices)}
 
     # 1. linear kernel: the distributed ELBO and gradient equal the one-device ones of the global batch
-    cases = {"seven": order[8:15], "one": order[20:21]}
-    for name, ids in cases.items():
-        reference = build_model("linear", data)
-        for variable in reference.trainable_variables:  # a point away from the initial one
-            variable.assign(variable + 0.1 * np.random.default_rng(1).standard_normal(variable.shape))
-        with strategy.scope():
-            mirrored = build_model("linear", data)
-        for target, value in zip(mirrored.trainable_variables, values(reference)):
-            target.assign(value)
+    reference = build_model("linear", data)
+    for variable in reference.trainable_variables:  # a point away from the initial one
+        variable.assign(variable + 0.1 * np.random.default_rng(1).standard_normal(variable.shape))
+    with strategy.scope():
+        mirrored = build_model("linear", data)
+    for target, value in zip(mirrored.trainable_variables, values(reference)):
+        target.assign(value)
+    probe = gradient_probe(strategy, mirrored)
+    for name, ids in {"seven": order[8:15], "one": order[20:21]}.items():
         batch = {k: tf.constant(v) for k, v in make_batch(data, ids, dtype=np.float64).items()}
         loss_1, grad_1 = one_device_loss_and_gradient(reference, batch, [3, 11])
-        loss_2, applied, grad_2 = distributed_loss_and_gradient(strategy, mirrored, data, ids, [3, 11])
+        loss_2, applied, grad_2 = probe(data, ids, [3, 11])
         report[f"linear_{name}"] = {
             "one_device": loss_1, "mirrored": loss_2, "applied": applied,
             "gradient_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(grad_1, grad_2)),
@@ -131,25 +137,35 @@ def run_mirrored(out_path: str) -> None:
     ell = sum(float(mirrored.expected_log_likelihood({k: tf.constant(v) for k, v in p.items()}, 2, seed))
               for p in parts)
     by_hand = -(len(data) / len(ids) * ell - float(mirrored.prior_kl()))
-    loss_2, applied, _ = distributed_loss_and_gradient(strategy, mirrored, data, ids, [3, 11])
+    loss_2, applied, _ = gradient_probe(strategy, mirrored)(data, ids, [3, 11])
     report["rbf"] = {"by_hand": by_hand, "mirrored": loss_2, "kl": float(mirrored.prior_kl()),
                      "sub_batch_sizes": [len(p["lengths"]) for p in parts]}
 
-    # 3. training: 2 replicas vs 1 device, and a 2-replica checkpoint resumed on 1 device
-    single = build_model("linear", data)
-    Trainer(single, training_config()).fit(data)
-    with strategy.scope():
-        two = build_model("linear", data)
-    Trainer(two, training_config(), strategy=strategy).fit(data)
+    with open(out_path, "w") as handle:
+        json.dump(report, handle)
+
+
+def run_mirrored_training(out_path: str) -> None:
+    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.trainer import Trainer
+
+    strategy = make_strategy("mirrored", 2)
+    data = synthetic_data()
+    report = {"replicas": strategy.num_replicas_in_sync}
+
+    # 3. training: 2 replicas vs 1 device for 2 steps, then the 2-replica checkpoint resumed on 1 device
+    single, at_two = build_model("linear", data), []
+    Trainer(single, training_config(), callbacks=[
+        lambda p: at_two.append(values(single)) if p.event == "step" and p.step == 2 else None]).fit(data)
     ckpt = out_path + ".ckpt"
     with strategy.scope():
-        first = build_model("linear", data)
-    Trainer(first, training_config(max_steps=2, checkpoint_every=2), strategy=strategy, checkpoint_dir=ckpt).fit(data)
+        two = build_model("linear", data)
+    Trainer(two, training_config(max_steps=2, checkpoint_every=2), strategy=strategy, checkpoint_dir=ckpt).fit(data)
     resumed = build_model("linear", data)
     state = Trainer(resumed, training_config(), checkpoint_dir=ckpt).fit(data, resume=True)
     report["training"] = {
         "steps": state.step,
-        "two_vs_one_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(values(two), values(single))),
+        "two_vs_one_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(values(two), at_two[0])),
         "resumed_vs_one_max_abs_diff": max(float(np.max(np.abs(a - b)))
                                            for a, b in zip(values(resumed), values(single))),
         "moved_max_abs": max(float(np.max(np.abs(a - b))) for a, b in zip(values(single), values(build_model("linear", data)))),
@@ -208,7 +224,9 @@ def run_training(out_path: str, checkpoint_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "mirrored":
-        run_mirrored(sys.argv[2])
+    if sys.argv[1] == "mirrored-elbo":
+        run_mirrored_elbo(sys.argv[2])
+    elif sys.argv[1] == "mirrored-training":
+        run_mirrored_training(sys.argv[2])
     else:
         run_training(sys.argv[2], sys.argv[3])

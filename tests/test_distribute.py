@@ -134,12 +134,16 @@ def test_chief_process_from_tf_config():
 
 
 # ---- subprocesses: two logical CPUs; two workers --------------------------------------------------
-def test_mirrored_two_logical_cpus_equal_one_device(tmp_path):
-    out = tmp_path / "mirrored.json"
-    process = subprocess.Popen([sys.executable, str(WORKER), "mirrored", str(out)], env=_env(),
+def _mirrored(mode: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"{mode}.json"
+    process = subprocess.Popen([sys.executable, str(WORKER), mode, str(out)], env=_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _run([process], timeout=TIMEOUT)
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_mirrored_two_logical_cpus_give_the_one_device_elbo(tmp_path):
+    report = _mirrored("mirrored-elbo", tmp_path)
     assert report["replicas"] == 2 and len(set(report["devices"])) == 2
     for case in ("linear_seven", "linear_one"):  # "one": a single sentence, so one replica is empty
         result = report[case]
@@ -149,8 +153,13 @@ def test_mirrored_two_logical_cpus_equal_one_device(tmp_path):
     rbf = report["rbf"]  # the KL enters once: by hand N/B Σ_r ELL_r − KL
     assert rbf["sub_batch_sizes"] == [4, 3]
     assert rbf["mirrored"] == pytest.approx(rbf["by_hand"], rel=1e-12)
+
+
+def test_mirrored_two_logical_cpus_train_like_one_device(tmp_path):
+    report = _mirrored("mirrored-training", tmp_path)
+    assert report["replicas"] == 2
     training = report["training"]
-    assert training["replicas_agree"]
+    assert training["replicas_agree"] and training["steps"] == 4
     assert training["moved_max_abs"] > 0.05  # training did change the parameters
     assert training["two_vs_one_max_abs_diff"] < 1e-9
     assert training["resumed_vs_one_max_abs_diff"] < 1e-9
