@@ -57,7 +57,8 @@ def main() -> None:
         report = evaluate([s.labels for s in dev], [t.labels for t in tagged], labels=tagger.labels,
                           probabilities=[t.probabilities for t in tagged],
                           scheme="iob2" if args.task == "chunk" else None).to_dict()
-        row = {"task": args.task, "min_count": min_count, "epochs": args.epochs, "features": tagger.featurizer.n_features,
+        row = {"task": args.task, "min_count": min_count, "epochs": args.epochs,
+               "features": tagger.featurizer.n_features,
                "model_bytes": size, "train_seconds": round(seconds, 1), "dev_sentences": len(dev),
                "dev_token_accuracy": report["token_accuracy"], "dev_chunk_f1": report.get("chunk_f1"),
                "dev_token_nll": report["token_nll"], "dev_ece": report["ece"]}

@@ -107,7 +107,8 @@ def test_factory_comes_from_the_entry_point_without_importing_gpseq():
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ModelFormatError nowhere: not a gpseq model directory" in result.stdout
-    assert "tensorflow imported: False" in result.stdout  # the model (and TensorFlow) load lazily (nlp.initialize() imports it through thinc)
+    # The model (and TensorFlow) load lazily; nlp.initialize() would import TensorFlow through thinc.
+    assert "tensorflow imported: False" in result.stdout
 
 
 def test_pos_component_matches_tagger_on_the_same_tokens(models):
