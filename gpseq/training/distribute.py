@@ -24,7 +24,7 @@ from gpseq.training.batching import SequenceData, batch_signature, bucketed_batc
 
 __all__ = [
     "STRATEGIES", "batch_plan", "batch_size_of", "build_svi_step", "distributed_batches", "is_chief",
-    "make_strategy", "split_batch",
+    "make_strategy", "sequence_count", "split_batch",
 ]
 
 
