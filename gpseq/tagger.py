@@ -239,7 +239,7 @@ class Tagger:
                 unary, pairwise = model.mean_potentials(batch)
                 marg = chain.unary_marginals(unary, pairwise, batch["lengths"])
                 path, _ = chain.viterbi(unary, pairwise, batch["lengths"])
-                logp = chain.log_likelihood(path, unary, pairwise, batch["lengths"])
+                logp = tf.minimum(chain.log_likelihood(path, unary, pairwise, batch["lengths"]), 0.0)
                 return marg, path, logp
 
             self._mean_fn = tf.function(mean_fn, input_signature=[batch_signature(model.dtype)])
@@ -337,7 +337,8 @@ class Tagger:
             def gold_fn(batch, num_samples, seed, mean):
                 def mean_mode():
                     unary, pairwise = model.mean_potentials(batch)
-                    return chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
+                    ll = chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
+                    return tf.minimum(ll, 0.0)  # float32 rounding can put a near-certain path above 0
 
                 def mc_mode():
                     seeds = tfp.random.split_seed(seed, 2)
@@ -454,6 +455,8 @@ def _mc_log_prob(model, labels, unary, pairwise, lengths, log_z=None):
         ll = chain.log_likelihood(labels, unary, pairwise, lengths)  # [K, S, B]
     else:
         ll = chain.sequence_score(labels, unary, pairwise, lengths) - log_z
+    # log p(y | f) ≤ 0; in float32 score − log Z of a long, near-certain path can round to +1e-5
+    ll = tf.minimum(ll, 0.0)
     S = tf.cast(tf.shape(ll)[1], ll.dtype)
     per_component = tf.reduce_logsumexp(ll, axis=1) - tf.math.log(S)  # [K, B]
     log_weights = tf.math.log(model._mixture_weights())[:, None]

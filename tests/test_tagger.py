@@ -318,3 +318,27 @@ def test_one_token_sentences_tag_and_train():
     for mean in (False, True):
         result = tagger.tag([["b"]], mean=mean)[0]
         assert result.probabilities.shape == (1, 2) and abs(result.probabilities.sum() - 1.0) < 1e-6
+
+
+def test_mc_sequence_log_probability_of_a_near_certain_long_path_is_not_positive():
+    # float32: score − log Z of a long path with huge potentials rounds above 0 without the clamp
+    from gpseq.structured import chain
+    from gpseq.tagger import _mc_log_prob
+
+    rng = np.random.default_rng(0)
+    K, S, B, T, V = 1, 4, 8, 60, 5
+    labels = rng.integers(0, V, (B, T)).astype(np.int32)
+    unary = rng.standard_normal((K, S, B, T, V)).astype(np.float32) + 40.0 * np.eye(V, dtype=np.float32)[labels]
+    pairwise = rng.standard_normal((S, 1, V, V)).astype(np.float32)
+    lengths = np.full(B, T, np.int32)
+
+    class _One:
+        def _mixture_weights(self):
+            return tf.ones([1], tf.float32)
+
+    _, log_z = chain.unary_marginals(unary, pairwise, lengths, return_log_partition=True)
+    raw = chain.sequence_score(labels, unary, pairwise, lengths) - log_z
+    logp = _mc_log_prob(_One(), labels, unary, pairwise, lengths, log_z).numpy()
+    assert np.all(logp <= 0.0) and np.all(np.isfinite(logp))
+    np.testing.assert_allclose(logp, 0.0, atol=1e-3)  # the path is near-certain
+    assert raw.shape == (K, S, B)
