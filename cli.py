@@ -370,6 +370,11 @@ def train(
         tagger = Tagger.train(sentences, tagger_config, dev=dev_sentences, callbacks=[bar],
                               checkpoint_dir=checkpoints, resume=resume)
     elapsed = time.perf_counter() - started
+    from gpseq.gp.trainer import is_chief_process
+
+    if not is_chief_process():  # multiworker: only the chief writes the model (others hold the same one)
+        err.print(f"worker done in {elapsed:.0f} s; the chief saves the model")
+        return
     tagger.save(output)
 
     scores = tagger.scores
