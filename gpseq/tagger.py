@@ -201,10 +201,12 @@ class Tagger:
             return -elbo, {}
 
         model.loss = loss
+        model.natgrad_elbo = lambda batch, seed, q_mu, q_sqrt: model.elbo(
+            batch, len(data), tcfg.num_samples, seed, q_mu=q_mu, q_sqrt=q_sqrt)
         trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
                           strategy=strategy)
         state = trainer.fit(data, resume=resume)
-        del model.loss
+        del model.loss, model.natgrad_elbo
         tagger.scores = {
             "steps": state.step,
             "best_dev_score": state.best_score,

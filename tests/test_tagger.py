@@ -342,3 +342,37 @@ def test_mc_sequence_log_probability_of_a_near_certain_long_path_is_not_positive
     assert np.all(logp <= 0.0) and np.all(np.isfinite(logp))
     np.testing.assert_allclose(logp, 0.0, atol=1e-3)  # the path is near-certain
     assert raw.shape == (K, S, B)
+
+
+def test_natural_gradient_step_on_q_u_increases_the_elbo_and_trains_the_tagger(sample_dir):
+    from gpseq.gp.natgrad import natgrad_step
+
+    data, _ = _tiny_data(n_seq=4, max_len=4, n_features=8, n_labels=3)
+    model, _ = _tiny_model(n_features=8, n_labels=3)
+    batch = _batch(data)
+    seed = tf.constant([5, 6])  # common random numbers: the ELBO is a deterministic function of q(u)
+
+    class View:
+        q = model.inducing
+
+        def elbo(self, batch, q_mu, q_sqrt):
+            return model.elbo(batch, 4, 8, seed, q_mu=q_mu, q_sqrt=q_sqrt)
+
+    before = float(model.elbo(batch, 4, 8, seed))
+    natgrad_step(View(), batch, 0.02)  # a small step along the natural gradient ascends
+    after = float(model.elbo(batch, 4, 8, seed))
+    assert after > before
+
+    # wired into training: q(u) moves only by natural-gradient steps, the rest by Adam
+    train = _sample("train", sample_dir)[:60]
+    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(num_inducing=4),
+                          training=TrainingConfig(epochs=2, batch_size=20, dev_fraction=0.0, seed=0,
+                                                  natgrad_gamma=0.01))
+    tagger = Tagger.train(train, config)
+    assert tagger.scores["skipped_steps"] == 0
+    # Adam does not touch q(u) here: it moved from its zero initial mean by natural-gradient steps
+    assert np.abs(tagger.model.inducing.q_mu.numpy()).max() > 1e-3
+    accuracy = tagger.evaluate(train).to_dict()["token_accuracy"]
+    majority = max(np.unique(np.concatenate([s.labels for s in train]), return_counts=True)[1]) / sum(
+        len(s) for s in train)
+    assert accuracy > majority

@@ -24,7 +24,9 @@ def _sym(a):
 
 def natgrad_step(model, batch, gamma):
     """One natural-gradient step of size `gamma` on `model.q` (assigns the new q_mu, q_sqrt); returns the
-    ELBO evaluated before the step. Works inside `tf.function` (XLA-compilable)."""
+    ELBO evaluated before the step. Works inside `tf.function` (XLA-compilable). A step that would
+    leave q(u) invalid (an indefinite precision, e.g. from a noisy Monte Carlo gradient) leaves it
+    unchanged instead of writing NaNs."""
     q = model.q
     if q.num_components != 1:
         raise ConfigError("natural gradients need a single-Gaussian q(u) (num_components=1)")
@@ -50,7 +52,10 @@ def natgrad_step(model, batch, gamma):
         new_S = _sym(tf.linalg.cholesky_solve(prec_chol, tf.broadcast_to(eye, tf.shape(S))))
         new_mT = tf.linalg.matvec(new_S, theta1)
         new_sqrt = safe_cholesky(new_S, jitter=1e-12)
-        q.q_sqrt.assign(new_sqrt[None])
+        # a noisy (Monte Carlo) gradient can make the new precision indefinite: then skip the step
+        ok = tf.reduce_all(tf.math.is_finite(new_sqrt)) & tf.reduce_all(tf.math.is_finite(new_mT))
+        new_mT = tf.where(ok, new_mT, mT)
+        q.q_sqrt.assign(tf.where(ok, new_sqrt, sqrt)[None])
     else:
         var = tf.transpose(sqrt**2)  # [P, M]
         eta1, eta2 = mT, var + mT**2
@@ -63,6 +68,8 @@ def natgrad_step(model, batch, gamma):
         theta2 = -0.5 / var + gamma * g2
         new_var = -0.5 / theta2
         new_mT = new_var * theta1
-        q.q_sqrt.assign(tf.transpose(tf.sqrt(new_var))[None])
+        ok = tf.reduce_all(new_var > 0.0) & tf.reduce_all(tf.math.is_finite(new_mT))  # else skip
+        new_mT = tf.where(ok, new_mT, mT)
+        q.q_sqrt.assign(tf.where(ok, tf.transpose(tf.sqrt(tf.abs(new_var))), sqrt)[None])
     q.q_mu.assign(tf.transpose(new_mT)[None])
     return elbo

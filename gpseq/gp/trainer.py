@@ -134,7 +134,7 @@ def build_svi_step(
     `loss_fn(batch, *args)` is the model's minibatch loss on one replica's sub-batch, with its
     likelihood rescaled by N / B_r; `size_fn(batch)` is B_r. The returned loss is Σ_r (B_r / B) ·
     loss_r, the global-batch loss (module docstring); `applied` is False when the loss or a summed
-    gradient was not finite (then no variable changed). `pre_step(batch)` runs first on each
+    gradient was not finite (then no variable changed). `pre_step(batch, *args)` runs first on each
     replica (natural-gradient steps; single replica only). With `jit_compile` each replica's loss
     and gradient are one XLA cluster.
     """
@@ -156,7 +156,7 @@ def build_svi_step(
         size = size_fn(batch)
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, size)
         if pre_step is not None:
-            pre_step(batch)
+            pre_step(batch, *args)
         dtype = variables[0].dtype
         weight = tf.cast(size, dtype) / tf.cast(tf.maximum(total, 1), dtype)
 
@@ -210,7 +210,7 @@ class Trainer:
             self.optimizer.build(self.adam_variables)  # slots created here, not inside the tf.function
         pre_step = None
         if natgrad_gamma is not None:
-            def pre_step(batch):
+            def pre_step(batch, *args):
                 natgrad_step(model, batch, natgrad_gamma)
         self._step = build_svi_step(self.strategy, model.loss, self.adam_variables, self.optimizer,
                                     pre_step=pre_step, jit_compile=jit_compile)

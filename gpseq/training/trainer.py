@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError, NumericalError
+from gpseq.gp.natgrad import natgrad_step
 from gpseq.gp.trainer import STRATEGIES, build_svi_step, is_chief
 from gpseq.training.batching import SequenceData
 from gpseq.training.distribute import batch_plan, distributed_batches, sequence_count
@@ -58,12 +59,16 @@ class TrainingConfig:
     jit_compile: bool = False
     strategy: str = "default"  # "default" (one device; the GPU if any) | "mirrored" | "multiworker"
     devices: int | None = None  # replicas on this host (mirrored: default all GPUs; CPU: logical devices)
+    natgrad_gamma: float | None = None  # natural-gradient step size on q(u) before each Adam step (≈0.01;
+    # with Monte Carlo chain gradients 0.1 overshoots: such steps would make q(u) invalid and are skipped)
 
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
         if self.devices is not None and self.devices < 1:
             raise ConfigError(f"devices must be >= 1, got {self.devices}")
+        if self.natgrad_gamma is not None and not 0.0 < self.natgrad_gamma <= 1.0:
+            raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.early_stopping not in ("f1", "nll", "none"):
@@ -137,10 +142,38 @@ class Trainer:
         def loss(batch, seed):
             return model.loss(batch, seed)[0]
 
+        variables, pre_step = self._natural_gradient_split()
         signature = [element_spec, tf.TensorSpec([2], tf.int32)]
-        return build_svi_step(self.strategy, loss, model.trainable_variables, self.optimizer,
+        return build_svi_step(self.strategy, loss, variables, self.optimizer,
                               size_fn=sequence_count, jit_compile=self.config.jit_compile,
-                              input_signature=signature)
+                              input_signature=signature, pre_step=pre_step)
+
+    def _natural_gradient_split(self):
+        """Adam's variables and the pre-step: with `natgrad_gamma`, q(u) is updated only by a
+        natural-gradient step (seed `gps-for-big-data-svi.md` §4-2) on the same batch and seed.
+        The model provides `natgrad_elbo(batch, seed, q_mu, q_sqrt)` and `inducing` (q(u))."""
+        model, gamma = self.model, self.config.natgrad_gamma
+        if gamma is None:
+            return model.trainable_variables, None
+        q = getattr(model, "inducing", None)
+        if q is None or not hasattr(model, "natgrad_elbo"):
+            raise ConfigError("natgrad_gamma needs a model with inducing points (q(u)); this one has none")
+        if self.strategy.num_replicas_in_sync > 1:
+            raise ConfigError("natural-gradient steps need a single replica")
+        natural = {v.ref() for v in q.trainable_variables}
+        variables = [v for v in model.trainable_variables if v.ref() not in natural]
+
+        class _View:  # what natgrad_step expects: `.q` and `.elbo(batch, q_mu=, q_sqrt=)`
+            def __init__(self, seed):
+                self.q, self.seed = q, seed
+
+            def elbo(self, batch, q_mu, q_sqrt):
+                return model.natgrad_elbo(batch, self.seed, q_mu, q_sqrt)
+
+        def pre_step(batch, seed):
+            natgrad_step(_View(seed), batch, gamma)
+
+        return variables, pre_step
 
     # ---- checkpoints -------------------------------------------------------------------------
     def _checkpoint(self) -> tf.train.Checkpoint:
