@@ -261,13 +261,13 @@ class Tagger:
         return self._mean_fn if mean else self._predict_fn
 
     def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool = False,
-                        batch_size: int = 128, seed: int = 0):
+                        batch_size: int = 256, seed: int = 0):
         """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         yield from self.predict_features(self.featurizer.transform(sentences), samples=samples, mean=mean,
                                          batch_size=batch_size, seed=seed)
 
     def predict_features(self, matrix, *, samples: int | None = None, mean: bool = False,
-                         batch_size: int = 128, seed: int = 0):
+                         batch_size: int = 256, seed: int = 0):
         """`predict_batches` for a FeatureMatrix (e.g. `featurizer.transform_docs(docs)`, rows `[N, D]`):
         yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         import tensorflow as tf
@@ -285,7 +285,7 @@ class Tagger:
             yield ids, marg.numpy(), path.numpy(), logp.numpy()
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool = False,
-            decode: str | None = None, batch_size: int = 128) -> list[TaggedSentence]:
+            decode: str | None = None, batch_size: int = 256) -> list[TaggedSentence]:
         """Label tokenised sentences; per-token distributions are Monte Carlo averages over q(f)
         (`samples` draws; `mean=True` uses the posterior-mean potentials instead)."""
         sentences = _as_sentences(sentences)
@@ -354,7 +354,7 @@ class Tagger:
         return self._gold_fn
 
     def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool = False,
-                       batch_size: int = 128, seed: int = 1) -> np.ndarray:
+                       batch_size: int = 256, seed: int = 1) -> np.ndarray:
         """log p(gold path | X) per sentence: log E_q[p(y | f)] by Monte Carlo (log-mean-exp over
         `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training."""
         import tensorflow as tf
