@@ -234,11 +234,14 @@ class StructuredGP(tf.Module):
         if self.linear is not None:
             mu = tf.gather(self.linear.q_mu, batch["feature_ids"])  # [U, V]
             sd = tf.sqrt(tf.gather(self.linear.q_variance, batch["feature_ids"]))  # [U, V]
-            eps = tf.random.stateless_normal(tf.concat([[S], tf.shape(mu)], 0), seeds[0], dtype=self.dtype)
-            w = mu + sd * eps  # [S, U, V]
-            draws["w"] = w
-            w_flat = tf.reshape(tf.transpose(w, [1, 0, 2]), [tf.shape(mu)[0], S * V])  # [U, S·V]
-            lin = gather_sum(w_flat, batch["indices"], batch["values"])  # [B, T, S·V]
+            U = tf.shape(mu)[0]
+            # drawn directly in [U, S, V] so the table the tokens gather from needs no transpose
+            eps = tf.random.stateless_normal(tf.stack([U, S, V]), seeds[0], dtype=self.dtype)
+            w = mu[:, None] + sd[:, None] * eps  # [U, S, V]
+            if return_draws:
+                draws["w"] = tf.transpose(w, [1, 0, 2])  # [S, U, V]
+            gathered = tf.gather(tf.reshape(w, [U, S * V]), batch["indices"])  # [B, T, F, S·V]
+            lin = tf.einsum("btf,btfc->btc", batch["values"], gathered)  # [B, T, S·V]
             f += tf.transpose(tf.reshape(lin, [B, T, S, V]), [2, 0, 1, 3])  # [S, B, T, V]
         if self.inducing is not None:
             a_w, kxx, chol = self._inducing_projection(batch)
