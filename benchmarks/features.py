@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import sys
 import time
 
@@ -24,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import cpu_model, peak_rss_mb  # noqa: E402
 from gpseq.corpora.types import Sentence  # noqa: E402
 from gpseq.features import Featurizer, get_preset  # noqa: E402
 
@@ -56,20 +55,6 @@ def read_columns(path: Path) -> list[Sentence]:
     if rows:
         out.append(Sentence([r[0] for r in rows], [r[-1] for r in rows], rows))
     return out
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def peer_feature_dicts(sentences, config, vocab):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -38,22 +37,7 @@ FULL_SIZES = [1_000, 3_000, 10_000, 30_000, 100_000, None]  # None = the whole c
 QUICK_SIZES = [1_000, 3_000, 10_000]
 
 
-def corpora_root() -> Path:
-    return Path(os.environ.get("GPSEQ_CORPORA", ROOT.parent / "shared" / "corpora"))
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
-
-
+from _common import corpora_root, machine  # noqa: E402
 def featurise(path: Path):
     """CoNLL-2000 train → (SequenceData, number of features, number of labels)."""
     import scipy.sparse as sp

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
 
 
+from _common import cpu_model  # noqa: E402
 def sample_sentences() -> list[str]:
     """Text of every sentence of the sample corpus (tokens joined by spaces)."""
     sentences = []
@@ -85,16 +85,6 @@ def count_tokens(conll_output: Path) -> tuple[int, int]:
             else:
                 previous_blank = True
     return tokens, sentences
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

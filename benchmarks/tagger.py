@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
 import sys
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import corpora_root, machine, peak_rss_mb  # noqa: E402
 from gpseq.corpora import kfold_indices, read_conll  # noqa: E402
 from gpseq.evaluate import evaluate  # noqa: E402
 from gpseq.features import Featurizer, get_preset  # noqa: E402
@@ -39,26 +37,6 @@ PAPER_SETS = {  # name: (folder, N_seq, encoding, the paper's Table 2 error % / 
     "segmentation": ("seg", 20, "utf-8"),
     "japanesene": ("JapaneseNE", 50, "euc-jp"),
 }
-
-
-def corpora_root() -> Path:
-    return Path(os.environ.get("GPSEQ_CORPORA", ROOT.parent / "shared" / "corpora"))
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, {platform.python_version()}"
 
 
 # ---- CRFsuite with gpseq's features -----------------------------------------------------------
