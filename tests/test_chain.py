@@ -315,3 +315,22 @@ def test_bad_arguments_raise_config_errors():
         chain.log_partition(unary, np.zeros((2, 2)), lengths)
     with pytest.raises(ConfigError):
         chain.pseudo_log_likelihood(np.zeros((4, 5), np.int32), unary, pairwise, lengths, form="nope")
+
+
+def test_one_step_sequences_inside_a_compiled_function_with_dynamic_shapes():
+    # T = 1 with a dynamic time axis: the scans over steps 1..T-1 must not be empty at run time
+    rng = np.random.default_rng(3)
+    unary = rng.standard_normal((3, 1, 4))
+    pairwise = rng.standard_normal((4, 4))
+    lengths = np.ones(3, np.int32)
+    sig = [tf.TensorSpec([None, None, 4], tf.float64), tf.TensorSpec([4, 4], tf.float64),
+           tf.TensorSpec([None], tf.int32)]
+    marg = tf.function(lambda u, w, n: chain.unary_marginals(u, w, n), input_signature=sig)(unary, pairwise, lengths)
+    path = tf.function(lambda u, w, n: chain.viterbi(u, w, n)[0], input_signature=sig)(unary, pairwise, lengths)
+    log_z = tf.function(lambda u, w, n: chain.log_partition(u, w, n), input_signature=sig)(unary, pairwise, lengths)
+    # one step: p(y) = softmax(u), log Z = logsumexp(u), Viterbi = argmax(u)
+    expected = np.exp(unary - unary.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(marg.numpy(), expected, atol=1e-12)
+    np.testing.assert_array_equal(path.numpy(), unary.argmax(-1))
+    np.testing.assert_allclose(log_z.numpy(), np.log(np.exp(unary[:, 0]).sum(-1)), atol=1e-12)

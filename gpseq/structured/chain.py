@@ -216,9 +216,11 @@ class _Layout:
         pairwise = tf.reshape(pairwise, [1] * (rank - pairwise.shape.rank) + _dims(pairwise))
         self.dtype = unary.dtype
         self.num_labels = tf.shape(unary)[-1]
-        # an empty time axis gets one (padding) step so every algorithm has a first message
+        # at least two time steps (padding, masked by the lengths): every algorithm has a first
+        # message, and the scans over steps 1..T-1 are never empty (an empty tf.scan with a
+        # dynamic element shape fails at run time inside a tf.function)
         self.given_steps = tf.shape(unary)[-2]
-        extra = tf.maximum(1 - self.given_steps, 0)
+        extra = tf.maximum(2 - self.given_steps, 0)
         unary = tf.pad(unary, tf.concat([tf.zeros([rank - 2, 2], tf.int32), [[0, extra], [0, 0]]], 0))
         self.num_steps = tf.shape(unary)[-2]
         lead_unary, lead_pair = tf.shape(unary)[:-3], tf.shape(pairwise)[:-3]

@@ -74,9 +74,7 @@ def make_batch(
     sentence_ids = np.asarray(sentence_ids, dtype=np.int64)
     lengths = data.lengths[sentence_ids].astype(np.int32)
     n_seq = len(sentence_ids)
-    # at least 2 time steps: the chain's scans run over positions 1..T-1, and an empty scan
-    # fails at run time (a batch of one-token sentences); the extra position is padding
-    time = _round_up(max(int(lengths.max()), 2) if n_seq else 0, time_multiple)
+    time = _round_up(int(lengths.max()) if n_seq else 0, time_multiple)
     token_ids = _ranges(data.offsets[sentence_ids], data.offsets[sentence_ids + 1])
     sub = data.rows[token_ids]
     row_nnz = np.diff(sub.indptr)

@@ -45,14 +45,12 @@ def batch_plan(lengths: np.ndarray, batch_size: int, seed: int, start_step: int,
 
 def split_batch(batch: dict[str, np.ndarray], num_parts: int) -> list[dict[str, np.ndarray]]:
     """Cuts a padded batch into `num_parts` contiguous row slices (sizes differ by at most one;
-    some are empty when B < num_parts), each cut to its longest sentence but to no fewer than
-    min(2, T) steps (the chain's compiled scan needs a second time step); `feature_ids` shared."""
+    some are empty when B < num_parts), each cut to its longest sentence; `feature_ids` shared."""
     bounds = np.linspace(0, len(batch["lengths"]), num_parts + 1).round().astype(int)
-    floor = min(2, batch["labels"].shape[1])
     parts = []
     for start, stop in zip(bounds[:-1], bounds[1:]):
         lengths = batch["lengths"][start:stop]
-        time = max(int(lengths.max()), floor) if len(lengths) else 0
+        time = int(lengths.max()) if len(lengths) else 0
         parts.append({
             "indices": batch["indices"][start:stop, :time],
             "values": batch["values"][start:stop, :time],
