@@ -1,4 +1,11 @@
-"""Metrics: token accuracy, conlleval chunk P/R/F1, NLL, expected calibration error, Brier; reliability plots.
+"""Metrics: token accuracy, conlleval chunk P/R/F1, NLL, expected calibration error, Brier,
+selective prediction (risk–coverage: AURC, error at 90 % coverage); reliability plots.
+
+Calibration and selective prediction are measured on what the user gets: a token's confidence
+is the probability its marginals give to the *returned* label (`predicted`, e.g. the Viterbi
+path, not necessarily the argmax of the marginals), and it is correct when that label is the
+gold one. The argmax-based ECE is kept as `ece_argmax`. Brier is the multiclass Brier score of
+the full per-token distribution.
 
 Gold labels outside the model's label set (never seen in training) are errors with probability
 0: their NLL is clipped at -log(eps) and the number of clipped tokens is reported. Chunk scores
@@ -79,7 +86,7 @@ def chunk_scores(
 
 
 def calibration_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15):
-    """Equal-width bins ((i/n, (i+1)/n], the first also holding 0) of top-label confidence.
+    """Equal-width bins ((i/n, (i+1)/n], the first also holding 0) of confidence (e.g. of the returned label).
 
     confidence, correct: [N]. Returns counts [n_bins], mean confidence [n_bins], accuracy
     [n_bins] (NaN for empty bins).
@@ -129,6 +136,71 @@ def brier_score(probabilities: np.ndarray, gold_index: np.ndarray) -> float:
     return float(np.mean(np.sum(probabilities**2, axis=1) - 2.0 * p_gold + 1.0))
 
 
+def _expected_cumulative_errors(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """[N] expected number of errors among the k most confident tokens, k = 1..N.
+
+    Tokens are ranked by confidence, highest first. Within a group of tied confidences the
+    order is taken as uniformly random and the expectation is used: the first j tokens of a
+    tied group of size g holding e errors contribute j · e / g errors. The result therefore does
+    not depend on the order of the tokens in the input (a stable sort would make it depend on
+    where tied tokens happen to sit in the corpus).
+    """
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    if confidence.shape != correct.shape or confidence.ndim != 1:
+        raise ConfigError("confidence and correct must be 1-D arrays of the same length")
+    if np.isnan(confidence).any():
+        raise NumericalError("confidences must not be NaN")
+    n = confidence.size
+    order = np.argsort(-confidence, kind="stable")
+    sorted_confidence = confidence[order]
+    errors = (~correct[order]).astype(np.float64)
+    cumulative = np.concatenate([[0.0], np.cumsum(errors)])  # [N + 1], errors among the first k
+    starts_mask = np.ones(n, dtype=bool)
+    starts_mask[1:] = sorted_confidence[1:] != sorted_confidence[:-1]
+    group = np.cumsum(starts_mask) - 1  # [N] tie group of each ranked position
+    starts = np.flatnonzero(starts_mask)  # [G] first position of each group
+    ends = np.append(starts[1:], n)  # [G] one past its last position
+    a, b = starts[group], ends[group]
+    k = np.arange(1, n + 1)
+    return cumulative[a] + (k - a) * (cumulative[b] - cumulative[a]) / (b - a)
+
+
+def risk_coverage(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """Selective risk [N]: risk[k − 1] = expected error rate of the k most confident tokens.
+
+    confidence, correct: [N]. Ties in confidence: expectation over a random order within the
+    tied group (see `_expected_cumulative_errors`).
+    """
+    expected_errors = _expected_cumulative_errors(confidence, correct)
+    return expected_errors / np.arange(1, expected_errors.size + 1)
+
+
+def aurc(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """Area under the risk–coverage curve: mean over k = 1..N of the risk of the k most confident tokens.
+
+    confidence, correct: [N]. Lower is better; it is small when errors get low confidence.
+    NaN for N = 0.
+    """
+    risk = risk_coverage(confidence, correct)
+    return float(risk.mean()) if risk.size else float("nan")
+
+
+def selective_error(confidence: np.ndarray, correct: np.ndarray, coverage: float = 0.9) -> float:
+    """Error rate of the ceil(coverage · N) most confident tokens (ties as in `risk_coverage`).
+
+    confidence, correct: [N]; coverage in (0, 1]. NaN for N = 0.
+    """
+    if not 0.0 < coverage <= 1.0:
+        raise ConfigError(f"coverage must be in (0, 1], got {coverage}")
+    expected_errors = _expected_cumulative_errors(confidence, correct)
+    n = expected_errors.size
+    if n == 0:
+        return float("nan")
+    k = min(n, max(1, math.ceil(coverage * n - 1e-9)))  # 1e-9: 0.9 · N may round up past an integer
+    return float(expected_errors[k - 1] / k)
+
+
 def reliability_diagram(
     confidence: np.ndarray,
     correct: np.ndarray,
@@ -170,7 +242,7 @@ def reliability_diagram(
     top.set_title(f"{title + ': ' if title else ''}ECE {ece:.4f} ({n_bins} bins, {int(counts.sum())} tokens)")
     bottom.bar(edges[:-1], counts, width=width, align="edge", edgecolor="black", color="grey")
     bottom.set_yscale("log" if counts.max(initial=0) > 0 else "linear")
-    bottom.set_xlabel("top-label confidence")
+    bottom.set_xlabel("confidence")
     bottom.set_ylabel("tokens")
     path = Path(path)
     with atomic_target(path) as temp:
@@ -198,8 +270,11 @@ class EvaluationReport:
     token_nll: float | None = None  # mean over tokens of −log p(gold label)
     seq_nll: float | None = None  # mean over sentences of −log p(gold path)
     seq_nll_per_token: float | None = None  # Σ_sentences −log p(gold path) / n_tokens
-    ece: float | None = None
-    brier: float | None = None
+    ece: float | None = None  # on the returned labels: confidence p(predicted label), correct = predicted == gold
+    ece_argmax: float | None = None  # on the argmax of the marginals: confidence max_v p(v)
+    brier: float | None = None  # multiclass Brier of the full per-token distribution
+    aurc: float | None = None  # area under the risk–coverage curve (returned labels and their confidences)
+    error_at_90: float | None = None  # error rate of the ceil(0.9 N) most confident tokens
     n_bins: int = 15
     eps: float = DEFAULT_EPS
     n_unseen_gold_tokens: int | None = None  # gold labels outside the model's label set
@@ -263,8 +338,11 @@ def evaluate(
     """Score predictions against gold labels.
 
     gold, predicted: [S][T_s] labels. labels: the model's label set [V]. probabilities: S arrays
-    [T_s, V] of per-token marginals in `labels` order (token NLL, ECE, Brier; ECE uses the
-    argmax label's probability as confidence). sequence_log_probs: [S] log p(gold path | x)
+    [T_s, V] of per-token marginals in `labels` order (token NLL, ECE, Brier, AURC, error at
+    90 % coverage). ECE, the calibration bins, AURC and error_at_90 use the returned labels: a
+    token's confidence is the probability of its `predicted` label (0 if that label is not in
+    `labels`) and it is correct when predicted == gold; `ece_argmax` uses the argmax's
+    probability and correctness instead. sequence_log_probs: [S] log p(gold path | x)
     (−inf allowed: clipped at log eps and counted). scheme: 'iob1'/'iob2'/'bioes', 'auto'
     (detect from gold) or None (no chunk scores).
     """
@@ -338,9 +416,15 @@ def evaluate(
         report.n_clipped_tokens = int(clipped.sum())
         report.token_nll = float(np.mean(-np.log(np.maximum(p_gold, eps)))) if n_tokens else float("nan")
         if n_tokens:
-            confidence = flat.max(axis=1)
-            correct = flat.argmax(axis=1) == gold_index
+            predicted_index = np.array([index.get(label, -1) for label in predicted_flat], dtype=np.int64)
+            confidence = np.where(predicted_index >= 0, flat[rows, np.maximum(predicted_index, 0)], 0.0)
+            correct = np.array([g == p for g, p in zip(gold_flat, predicted_flat)], dtype=bool)
             report.ece = expected_calibration_error(confidence, correct, n_bins)
+            report.ece_argmax = expected_calibration_error(
+                flat.max(axis=1), flat.argmax(axis=1) == gold_index, n_bins
+            )
+            report.aurc = aurc(confidence, correct)
+            report.error_at_90 = selective_error(confidence, correct, 0.9)
             report.brier = brier_score(flat, gold_index)
             counts, mean_confidence, bin_accuracy = calibration_bins(confidence, correct, n_bins)
             report.calibration = {

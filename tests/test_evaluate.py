@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -12,11 +13,14 @@ import pytest
 from gpseq.corpora import read_conll
 from gpseq.errors import ConfigError, NumericalError
 from gpseq.evaluate import (
+    aurc,
     brier_score,
     chunk_scores,
     evaluate,
     expected_calibration_error,
     reliability_diagram,
+    risk_coverage,
+    selective_error,
 )
 
 
@@ -203,9 +207,10 @@ def test_unseen_gold_labels_are_errors_with_clipped_nll():
     assert report.n_unseen_gold_tokens == 1 and report.n_clipped_tokens == 1
     nll = [-math.log(0.8), -math.log(0.75), -math.log(0.6), -math.log(1e-6)]
     assert report.token_nll == pytest.approx(np.mean(nll), abs=1e-12)
-    # top-label confidence/correctness: .8 right, .75 right, .6 right, .9 wrong (gold B-VP unseen)
+    # predicted labels are the argmax here: confidence/correctness .8 right, .75 right, .6 right, .9 wrong (gold B-VP unseen)
     # bins (0, .5], (.5, 1]: all four in the upper bin: accuracy 3/4, confidence (.8+.75+.6+.9)/4
     assert report.ece == pytest.approx(abs(0.75 - (0.8 + 0.75 + 0.6 + 0.9) / 4), abs=1e-12)
+    assert report.ece_argmax == pytest.approx(report.ece, abs=1e-12)
     brier = [0.01 + 0.04 + 0.01, 0.0 + 0.0625 + 0.0625, 0.16 + 0.04 + 0.04, 0.81 + 0.0025 + 0.0025 + 1.0]
     assert report.brier == pytest.approx(np.mean(brier), abs=1e-12)
     assert report.n_clipped_sequences == 1
@@ -241,3 +246,115 @@ def test_reliability_diagram_png(tmp_path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert [p.name for p in tmp_path.iterdir()] == ["reliability.png"]
+
+
+# ---- confidence of the returned labels; selective prediction (risk–coverage) -----------------
+def _aurc_by_definition(confidence, correct):
+    """(AURC, [N] risk) for one ranking: tokens sorted by confidence descending, ties broken by
+    position (a stable sort); risk(k) = errors among the first k / k; AURC = mean over k."""
+    order = sorted(range(len(confidence)), key=lambda i: -confidence[i])
+    errors, risk = 0, []
+    for k, i in enumerate(order, start=1):
+        errors += not correct[i]
+        risk.append(errors / k)
+    return sum(risk) / len(risk), risk
+
+
+def _brute_force_selective(confidence, correct, coverage=0.9):
+    """AURC, risk curve and error at `coverage`, averaged over every ranking consistent with the
+    confidences (all orders of tied tokens, equally likely): enumerates all N! permutations."""
+    n = len(confidence)
+    k_cut = math.ceil(round(coverage * n, 9))
+    total_aurc, total_risk, total_cut, count = 0.0, np.zeros(n), 0.0, 0
+    for perm in itertools.permutations(range(n)):
+        if any(confidence[perm[i]] < confidence[perm[i + 1]] for i in range(n - 1)):
+            continue
+        c = [confidence[i] for i in perm]
+        ok = [correct[i] for i in perm]
+        value, risk = _aurc_by_definition(c, ok)
+        total_aurc += value
+        total_risk += risk
+        total_cut += sum(not x for x in ok[:k_cut]) / k_cut
+        count += 1
+    return total_aurc / count, total_risk / count, total_cut / count
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_aurc_and_error_at_90_against_brute_force_over_tie_orders(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 8))
+    # few distinct values, so ties are common; every other seed continuous (no ties)
+    confidence = rng.choice([0.2, 0.5, 0.9, 1.0], size=n) if seed % 2 else rng.uniform(size=n)
+    correct = rng.uniform(size=n) < 0.6
+    expected_aurc, expected_risk, expected_cut = _brute_force_selective(list(confidence), list(correct))
+    assert aurc(confidence, correct) == pytest.approx(expected_aurc, abs=1e-12)
+    np.testing.assert_allclose(risk_coverage(confidence, correct), expected_risk, atol=1e-12)
+    assert selective_error(confidence, correct, 0.9) == pytest.approx(expected_cut, abs=1e-12)
+    if seed % 2 == 0:  # no ties: the plain definition on the one ranking
+        assert aurc(confidence, correct) == pytest.approx(_aurc_by_definition(confidence, correct)[0], abs=1e-12)
+
+
+def test_aurc_on_larger_random_arrays_without_ties_matches_the_definition():
+    rng = np.random.default_rng(3)
+    confidence = rng.uniform(size=500)
+    correct = rng.uniform(size=500) < confidence
+    value, risk = _aurc_by_definition(list(confidence), list(correct))
+    assert aurc(confidence, correct) == pytest.approx(value, abs=1e-12)
+    k = 450  # ceil(0.9 · 500)
+    assert selective_error(confidence, correct) == pytest.approx(risk[k - 1], abs=1e-12)
+    # the result does not depend on the order of the tokens
+    perm = rng.permutation(500)
+    assert aurc(confidence[perm], correct[perm]) == pytest.approx(value, abs=1e-12)
+
+
+def test_aurc_and_error_at_90_hand_computed():
+    # ranked: .9 ok, .8 wrong, .7 ok, .6 ok, .5 wrong → risk 0, 1/2, 1/3, 1/4, 2/5
+    confidence = np.array([0.6, 0.9, 0.5, 0.8, 0.7])
+    correct = np.array([True, True, False, False, True])
+    assert aurc(confidence, correct) == pytest.approx((0 + 1 / 2 + 1 / 3 + 1 / 4 + 2 / 5) / 5, abs=1e-12)
+    assert selective_error(confidence, correct, 0.9) == pytest.approx(2 / 5, abs=1e-12)  # ceil(4.5) = 5
+    assert selective_error(confidence, correct, 0.8) == pytest.approx(1 / 4, abs=1e-12)  # ceil(4.0) = 4
+    # ties: two tokens at .9, one wrong: risk(1) = 1/2 in expectation, risk(2) = 1/2; then .5 ok: 1/3
+    assert aurc([0.9, 0.9, 0.5], [True, False, True]) == pytest.approx((1 / 2 + 1 / 2 + 1 / 3) / 3, abs=1e-12)
+    # 10 tokens, ceil(0.9 · 10) = 9 exactly (no rounding up to 10): the least confident, wrong, is left out
+    conf10 = np.linspace(1.0, 0.1, 10)
+    ok10 = np.array([True] * 9 + [False])
+    assert selective_error(conf10, ok10, 0.9) == 0.0
+    assert math.isnan(aurc(np.zeros(0), np.zeros(0, dtype=bool)))
+    with pytest.raises(ConfigError):
+        selective_error(conf10, ok10, 0.0)
+
+
+def test_confidence_is_that_of_the_returned_label_not_the_argmax():
+    labels = ["A", "B", "O"]
+    gold = [["A", "B", "O", "O"]]
+    # token 3: Viterbi returns O (p .4) though B has the larger marginal (.6); token 4: returns a label
+    # outside the label set (confidence 0)
+    predicted = [["A", "A", "O", "X"]]
+    probs = [np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1], [0.0, 0.6, 0.4], [0.1, 0.1, 0.8]])]
+    report = evaluate(gold, predicted, labels=labels, probabilities=probs, scheme=None, n_bins=5)
+    confidence = np.array([0.7, 0.5, 0.4, 0.0])
+    correct = np.array([True, False, True, False])
+    assert report.token_accuracy == 0.5
+    # 5 bins (0,.2], (.2,.4], (.4,.6], (.6,.8], (.8,1] (the first holding 0): {0}, {.4}, {.5}, {.7}
+    assert report.ece == pytest.approx((1 / 4) * (0.0 + 0.6 + 0.5 + 0.3), abs=1e-12)
+    assert report.ece == pytest.approx(expected_calibration_error(confidence, correct, 5), abs=1e-12)
+    assert report.calibration["counts"] == [1, 1, 1, 1, 0]
+    assert report.calibration["confidence"][:4] == pytest.approx([0.0, 0.4, 0.5, 0.7])
+    assert report.calibration["accuracy"][:4] == [0.0, 1.0, 0.0, 1.0]
+    # argmax: A (.7) right, A (.5) wrong, B (.6) wrong, O (.8) right
+    argmax_conf = np.array([0.7, 0.5, 0.6, 0.8])
+    argmax_ok = np.array([True, False, False, True])
+    assert report.ece_argmax == pytest.approx(expected_calibration_error(argmax_conf, argmax_ok, 5), abs=1e-12)
+    # ranked by confidence of the returned labels: .7 ok, .5 wrong, .4 ok, 0 wrong
+    assert report.aurc == pytest.approx((0 + 1 / 2 + 1 / 3 + 2 / 4) / 4, abs=1e-12)
+    assert report.error_at_90 == pytest.approx(2 / 4, abs=1e-12)  # ceil(3.6) = 4
+    # Brier stays that of the full distribution
+    gold_index = np.array([0, 1, 2, 2])
+    assert report.brier == pytest.approx(brier_score(np.concatenate(probs), gold_index), abs=1e-12)
+    flat = report.to_dict()
+    assert {"ece", "ece_argmax", "aurc", "error_at_90", "brier"} <= set(flat)
+    assert flat["aurc"] == report.aurc and flat["error_at_90"] == report.error_at_90
+    # without probabilities there is nothing to rank by
+    bare = evaluate(gold, predicted, scheme=None).to_dict()
+    assert bare["aurc"] is None and bare["error_at_90"] is None and bare["ece_argmax"] is None
