@@ -36,3 +36,88 @@ def machine() -> str:
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, MiB (ru_maxrss is KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ---- the seed paper's small-scale protocol on the four CRF++ sets -----------------------------
+PAPER_SETS = {  # name: (folder under crfpp/, N_seq training sequences per fold, encoding)
+    "basenp": ("basenp", 150, "utf-8"),
+    "chunking": ("chunking", 50, "utf-8"),
+    "segmentation": ("seg", 20, "utf-8"),
+    "japanesene": ("JapaneseNE", 50, "euc-jp"),
+}
+
+
+def paper_pool(name: str):
+    """(pool, template text) of a PAPER_SETS entry: its train.data + test.data sentences, in that order."""
+    from gpseq.corpora import read_conll
+
+    folder, _, encoding = PAPER_SETS[name]
+    root = corpora_root() / "crfpp" / folder
+    pool = read_conll(root / "train.data", encoding=encoding) + read_conll(root / "test.data", encoding=encoding)
+    return pool, (root / "template").read_text(encoding=encoding)
+
+
+def paper_folds(pool, n_seq: int, max_folds: int | None = None):
+    """The seed's small-scale protocol: yields (fold, train, test) for 5 seeded folds of `pool`;
+    train = N_seq sequences drawn (seeded by the fold) from outside the fold, test = the fold."""
+    import numpy as np
+
+    from gpseq.corpora import kfold_indices
+
+    folds = kfold_indices(len(pool), 5, seed=0)
+    for fold, (outside, inside) in enumerate(folds[:max_folds]):
+        rng = np.random.default_rng([fold, 11])
+        chosen = rng.choice(outside, size=min(n_seq, len(outside)), replace=False)
+        yield fold, [pool[i] for i in sorted(chosen)], [pool[i] for i in inside]
+
+
+# ---- CRFsuite given gpseq's feature strings ---------------------------------------------------
+def crfsuite_features(featurizer, sentences):
+    """python-crfsuite input: per sentence, per token {feature string: 1.0} of gpseq's featuriser."""
+    import numpy as np
+
+    names = np.asarray(featurizer.feature_names(), dtype=object)
+    matrix = featurizer.transform(sentences)
+    rows = matrix.rows.tocsr()
+    out = []
+    for b in range(len(sentences)):
+        seq = []
+        for t in range(matrix.offsets[b], matrix.offsets[b + 1]):
+            cols = rows.indices[rows.indptr[t] : rows.indptr[t + 1]]
+            seq.append({names[c]: 1.0 for c in cols})
+        out.append(seq)
+    return out
+
+
+def crfsuite_marginals(crf, X, labels):
+    """Per sentence [T, V] token marginals of a fitted sklearn_crfsuite.CRF in `labels` order
+    (labels the CRF does not know get 0, labels of the CRF outside `labels` are dropped)."""
+    import numpy as np
+
+    index = {label: i for i, label in enumerate(labels)}
+    probs = []
+    for seq in crf.predict_marginals(X):
+        p = np.zeros((len(seq), len(labels)))
+        for t, dist in enumerate(seq):
+            for label, value in dist.items():
+                if label in index:
+                    p[t, index[label]] = value
+        probs.append(p)
+    return probs
+
+
+def crfsuite_gold_log_probs(crf, X, sentences):
+    """log p(gold path | x) per sentence under a fitted sklearn_crfsuite.CRF; −inf when a gold
+    label was never seen in training (CRFsuite's `probability` raises on it, PEERS.md)."""
+    import numpy as np
+
+    tagger = crf.tagger_
+    known = set(crf.classes_)
+    out = []
+    for x, s in zip(X, sentences):
+        if any(label not in known for label in s.labels):
+            out.append(-np.inf)
+            continue
+        tagger.set(x)
+        out.append(float(np.log(max(tagger.probability(s.labels), 1e-300))))
+    return out

@@ -23,37 +23,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import corpora_root, machine, peak_rss_mb  # noqa: E402
-from gpseq.corpora import kfold_indices, read_conll  # noqa: E402
+from _common import (  # noqa: E402
+    PAPER_SETS,
+    corpora_root,
+    crfsuite_features,
+    crfsuite_gold_log_probs,
+    crfsuite_marginals,
+    machine,
+    paper_folds,
+    paper_pool,
+    peak_rss_mb,
+)
+from gpseq.corpora import read_conll  # noqa: E402
 from gpseq.evaluate import evaluate  # noqa: E402
-from gpseq.features import Featurizer, get_preset  # noqa: E402
+from gpseq.features import get_preset  # noqa: E402
 from gpseq.structured.model import ModelConfig  # noqa: E402
 from gpseq.tagger import Tagger, TaggerConfig  # noqa: E402
 from gpseq.training.trainer import TrainingConfig  # noqa: E402
 
-PAPER_SETS = {  # name: (folder, N_seq, encoding, the paper's Table 2 error % / Table 3 NLL for CRF and GP-VAR-T)
-    "basenp": ("basenp", 150, "utf-8"),
-    "chunking": ("chunking", 50, "utf-8"),
-    "segmentation": ("seg", 20, "utf-8"),
-    "japanesene": ("JapaneseNE", 50, "euc-jp"),
-}
-
-
 # ---- CRFsuite with gpseq's features -----------------------------------------------------------
-def crfsuite_features(featurizer: Featurizer, sentences):
-    names = np.asarray(featurizer.feature_names(), dtype=object)
-    matrix = featurizer.transform(sentences)
-    rows = matrix.rows.tocsr()
-    out = []
-    for b in range(len(sentences)):
-        seq = []
-        for t in range(matrix.offsets[b], matrix.offsets[b + 1]):
-            cols = rows.indices[rows.indptr[t] : rows.indptr[t + 1]]
-            seq.append({names[c]: 1.0 for c in cols})
-        out.append(seq)
-    return out
-
-
 def run_crfsuite(featurizer, train, test, labels, c1=0.1, c2=0.1, max_iterations=100):
     import sklearn_crfsuite
 
@@ -66,26 +54,9 @@ def run_crfsuite(featurizer, train, test, labels, c1=0.1, c2=0.1, max_iterations
     start = time.perf_counter()
     X_test = crfsuite_features(featurizer, test)
     predicted = crf.predict(X_test)
-    marginals = crf.predict_marginals(X_test)
+    probs = crfsuite_marginals(crf, X_test, labels)
     tag_s = time.perf_counter() - start
-    index = {label: i for i, label in enumerate(labels)}
-    probs = []
-    for seq in marginals:
-        p = np.zeros((len(seq), len(labels)))
-        for t, dist in enumerate(seq):
-            for label, value in dist.items():
-                if label in index:
-                    p[t, index[label]] = value
-        probs.append(p)
-    tagger = crf.tagger_
-    seq_logp = []
-    known = set(crf.classes_)
-    for x, s in zip(X_test, test):
-        if any(label not in known for label in s.labels):
-            seq_logp.append(-np.inf)  # CRFsuite cannot score a label it never saw (PEERS.md)
-            continue
-        tagger.set(x)
-        seq_logp.append(float(np.log(max(tagger.probability(s.labels), 1e-300))))
+    seq_logp = crfsuite_gold_log_probs(crf, X_test, test)
     report = evaluate([s.labels for s in test], predicted, labels=labels, probabilities=probs,
                       sequence_log_probs=seq_logp)
     n_tokens = sum(len(s) for s in test)
@@ -168,22 +139,12 @@ def tagger_train_part(train, tagger):
 
 def paper(args) -> dict:
     results: dict = {}
-    root = corpora_root() / "crfpp"
     systems = ("gpseq", "gpseq_pseudo", "gpseq_paper", "crfsuite")
-    for name, (folder, n_seq, encoding) in PAPER_SETS.items():
-        pool = read_conll(root / folder / "train.data", encoding=encoding) + read_conll(
-            root / folder / "test.data", encoding=encoding)
-        template = (root / folder / "template").read_text(encoding=encoding)
-        folds = kfold_indices(len(pool), 5, seed=0)
-        if args.quick:
-            folds = folds[:2]
+    for name, (_, n_seq, _) in PAPER_SETS.items():
+        pool, template = paper_pool(name)
         metrics = ("token_error", "token_nll", "nll_total", "seq_nll", "ece", "train_s")
         per_system = {s: {m: [] for m in metrics} for s in systems}
-        for fold, (outside, inside) in enumerate(folds):
-            rng = np.random.default_rng([fold, 11])
-            chosen = rng.choice(outside, size=min(n_seq, len(outside)), replace=False)
-            train = [pool[i] for i in sorted(chosen)]
-            test = [pool[i] for i in inside]
+        for fold, train, test in paper_folds(pool, n_seq, max_folds=2 if args.quick else None):
             features = get_preset("crfpp", template=template)
             base = dict(features=features, predict_samples=args.samples,
                         training=TrainingConfig(epochs=args.paper_epochs, batch_size=10, learning_rate=args.lr,

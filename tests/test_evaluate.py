@@ -207,7 +207,7 @@ def test_unseen_gold_labels_are_errors_with_clipped_nll():
     assert report.n_unseen_gold_tokens == 1 and report.n_clipped_tokens == 1
     nll = [-math.log(0.8), -math.log(0.75), -math.log(0.6), -math.log(1e-6)]
     assert report.token_nll == pytest.approx(np.mean(nll), abs=1e-12)
-    # predicted labels are the argmax here: confidence/correctness .8 right, .75 right, .6 right, .9 wrong (gold B-VP unseen)
+    # predicted = argmax here; confidence/correctness: .8 right, .75 right, .6 right, .9 wrong (B-VP unseen)
     # bins (0, .5], (.5, 1]: all four in the upper bin: accuracy 3/4, confidence (.8+.75+.6+.9)/4
     assert report.ece == pytest.approx(abs(0.75 - (0.8 + 0.75 + 0.6 + 0.9) / 4), abs=1e-12)
     assert report.ece_argmax == pytest.approx(report.ece, abs=1e-12)

@@ -1,0 +1,612 @@
+"""gpseq's default command against CRFsuite and CRFsuite + temperature, on every corpus at hand (issue 16).
+
+    python benchmarks/versus_crf.py [--json OUT] [--quick] [--only NAME ...] [--workdir DIR]
+                                    [--small-features template|preset]
+
+Systems, trained and tested in the same run:
+- `gpseq`: `gpseq train TRAIN --features PRESET -o DIR`, nothing else (plus `--label-column` /
+  `--encoding` where the corpus format forces it), run as a subprocess: its wall time is
+  train_s and its own peak RSS (ru_maxrss from os.wait4) is peak_rss_mb. The model is then
+  loaded in this process with `Tagger.load` and tested with default settings:
+  `tagger.tag(test)` is timed for tokens/s (featurisation included; after a warm-up call on 8
+  sentences that traces the compiled functions, timed as tag_warmup_s, and done likewise for
+  CRFsuite), and
+  `tagger.evaluate(test)` gives the metrics.
+- `crfsuite`: sklearn-crfsuite, L-BFGS, c1 = c2 = 0.1, 100 iterations,
+  all_possible_transitions=True, trained on the full training file, given exactly gpseq's
+  feature strings (a `Featurizer` with the gpseq model's feature configuration, fitted on the
+  CRF's own training sentences). Trained in a fresh worker process (so its peak RSS is its
+  own); train_s includes fitting the featuriser and building the feature dicts. Tagging:
+  feature dicts, Viterbi labels and marginals, timed together.
+  (Both training processes are forked from a light fork server started first: a child of this
+  process would inherit this process's RSS as the floor of its ru_maxrss.)
+- `crfsuite_t`: CRFsuite as above trained on train minus the dev split
+  `gpseq.corpora.splits.train_dev_split(len(train), 0.1, seed=0)`; its token marginals tempered
+  p^(1/T), renormalised per token, with T fitted by minimising the token NLL on that dev split
+  (grid over log T, then a bounded scalar search); labels = its Viterbi labels. train_s
+  includes fitting T.
+
+Metrics (gpseq.evaluate, each system with its own label set; gold labels it never saw are
+errors with clipped NLL): score = chunk F1 when the labels are chunk labels, else token
+accuracy; token NLL; ECE (15 bins) on the returned labels and their probabilities, and
+ece_argmax; Brier; AURC and error at 90 % coverage; train_s; tagging tokens/s (featurisation
+included); peak_rss_mb (training); model_mb on disk.
+
+Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
+  conll2000-chunk   CoNLL-2000 train.txt → test.txt, --features chunking
+  conll2000-pos     same files, POS column (1) as label, --features pos (word features only)
+  crfpp-basenp      CRF++ basenp train.data → test.data, --features chunking (word, POS columns)
+  crfpp-chunking    CRF++ chunking, --features chunking
+  crfpp-seg         CRF++ seg (character, char class, tag), --features segmentation
+  crfpp-japanesene  CRF++ JapaneseNE (EUC-JP; word, char type, POS, tag), --features ner: the
+                    only NE preset; it uses word features only (no preset reads the char-type
+                    and POS columns of this layout except through a CRF++ template)
+  small-<set>       the seed's small-scale protocol, as benchmarks/tagger.py --protocol paper:
+                    pool train+test, 5 seeded folds, N_seq = 150/50/20/50 training sequences
+                    drawn from outside the fold; metrics are means over folds. gpseq gets
+                    `--features <the set's CRF++ template>` (the seed's features; the CLI takes
+                    a template file as --features), or the preset above with
+                    --small-features preset
+  shift-chunk       the conll2000-chunk models (all three systems) tested on the project's
+                    corpora/sample/test.conll (word POS NER chunk; chunk = last column)
+  shift-pos         the conll2000-pos models tested on the same file, POS column as label
+
+--quick: CoNLL-2000 cut to 500 training / 300 test sentences, other test files to 300
+sentences, one fold of the small-scale protocol; the same commands otherwise (gpseq's default
+training included, so pick one or two corpora with --only: about 1–3 minutes each here). Its
+JSON carries meta/quick = true and is refused over a file git tracks. Never commit quick
+figures as results.
+
+Output: a table per corpus, and with --json a flat JSON object: `<corpus>/<system>/<metric>`,
+`<corpus>/crfsuite_t/temperature`, `<corpus>/data/...`, `wins/<corpus>/<target>` booleans for
+issue 16's targets, `wins/every_corpus/<target>`, `wins/small-scale/...`, and `meta/...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _common import (  # noqa: E402
+    PAPER_SETS,
+    corpora_root,
+    crfsuite_features,
+    crfsuite_gold_log_probs,
+    crfsuite_marginals,
+    machine,
+    paper_folds,
+    paper_pool,
+    peak_rss_mb,
+)
+from gpseq.corpora import read_conll, train_dev_split, write_conll  # noqa: E402
+from gpseq.evaluate import DEFAULT_EPS, evaluate  # noqa: E402
+
+SYSTEMS = ("gpseq", "crfsuite", "crfsuite_t")
+CRF_PARAMS = dict(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100, all_possible_transitions=True)
+DEV_FRACTION, DEV_SEED = 0.1, 0
+REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
+            "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "tag_tokens_per_s",
+            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature")
+SMALL_PRESETS = {"basenp": "chunking", "chunking": "chunking", "segmentation": "segmentation", "japanesene": "ner"}
+QUICK_CONLL_TRAIN, QUICK_TEST = 500, 300
+
+
+@dataclass
+class Corpus:
+    name: str
+    train: Path
+    test: Path
+    features: str  # preset name or a CRF++ template path, as given to --features
+    label_column: int = -1
+    encoding: str = "utf-8"
+    quick_train: int | None = None  # --quick: first sentences of train
+    source: str | None = None  # shift corpora: the corpus whose models they reuse
+
+    def read(self, path: Path, encoding: str | None = None):
+        return read_conll(path, label_column=self.label_column, encoding=encoding or self.encoding)
+
+    def cli_extras(self) -> list[str]:
+        extras = []
+        if self.label_column != -1:
+            extras += ["--label-column", str(self.label_column)]
+        if self.encoding.lower().replace("_", "-") not in ("utf-8", "utf8"):
+            extras += ["--encoding", self.encoding]
+        return extras
+
+
+def corpora() -> list[Corpus]:
+    root = corpora_root()
+    conll, crfpp = root / "conll2000", root / "crfpp"
+    sample = ROOT / "corpora" / "sample" / "test.conll"
+    return [
+        Corpus("conll2000-chunk", conll / "train.txt", conll / "test.txt", "chunking", quick_train=QUICK_CONLL_TRAIN),
+        Corpus("conll2000-pos", conll / "train.txt", conll / "test.txt", "pos", label_column=1,
+               quick_train=QUICK_CONLL_TRAIN),
+        Corpus("crfpp-basenp", crfpp / "basenp" / "train.data", crfpp / "basenp" / "test.data", "chunking"),
+        Corpus("crfpp-chunking", crfpp / "chunking" / "train.data", crfpp / "chunking" / "test.data", "chunking"),
+        Corpus("crfpp-seg", crfpp / "seg" / "train.data", crfpp / "seg" / "test.data", "segmentation"),
+        Corpus("crfpp-japanesene", crfpp / "JapaneseNE" / "train.data", crfpp / "JapaneseNE" / "test.data", "ner",
+               encoding="euc-jp"),
+        Corpus("shift-chunk", conll / "train.txt", sample, "chunking", source="conll2000-chunk"),
+        Corpus("shift-pos", conll / "train.txt", sample, "pos", label_column=1, source="conll2000-pos"),
+    ]
+
+
+def small_names() -> list[str]:
+    return [f"small-{name}" for name in PAPER_SETS]
+
+
+def selected(name: str, only: list[str] | None) -> bool:
+    return not only or any(name == o or name.startswith(o + "-") for o in only)
+
+
+# ---- gpseq: the default command, then Tagger.load / tag / evaluate --------------------------
+def gpseq_command() -> list[str]:
+    script = Path(sys.executable).with_name("gpseq")
+    return [str(script)] if script.exists() else [sys.executable, str(ROOT / "cli.py")]
+
+
+def dir_size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) / 2**20
+
+
+def _run_timed(command: list[str], log_path: str) -> tuple[int, float, float]:
+    """Runs in a worker process: the command's exit code, wall time and its own peak RSS (MiB)."""
+    with open(log_path, "wb") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (RUSAGE_CHILDREN is a max over all)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, wall, usage.ru_maxrss / 1024.0
+
+
+def in_fresh_process(function, *args):
+    """`function(*args)` in a new process forked from the light fork server started by `main`.
+
+    Why not a plain subprocess or a spawned worker: on Linux a child's ru_maxrss starts at the
+    RSS of the process that forked it (the high-water mark of the pre-exec address space is
+    kept), so a child of this process — which holds TensorFlow and the loaded models — would
+    report this process's RSS as its own peak."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("forkserver")) as pool:
+        return pool.submit(function, *args).result()
+
+
+def train_gpseq(train_file: Path, features: str, extras: list[str], model_dir: Path) -> dict:
+    """Run `gpseq train` as a subprocess; its wall time and its own peak RSS."""
+    args = ["train", str(train_file), "--features", features, "-o", str(model_dir), *extras]
+    for stale in (model_dir, model_dir.with_name(model_dir.name + ".ckpt")):  # a reused --workdir
+        shutil.rmtree(stale, ignore_errors=True)
+    log_path = model_dir.with_name(model_dir.name + ".log")
+    code, train_s, rss = in_fresh_process(_run_timed, [*gpseq_command(), *args], str(log_path))
+    if code != 0:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"gpseq train exited with {code}; log {log_path}:\n{tail}")
+    return {"train_s": train_s, "peak_rss_mb": rss, "model_mb": dir_size_mb(model_dir),
+            "command": shlex.join(["gpseq", *args])}
+
+
+_TAGGERS: dict = {}
+
+
+def load_tagger(model_dir: Path):
+    from gpseq.tagger import Tagger
+
+    key = str(model_dir)
+    if key not in _TAGGERS:
+        _TAGGERS[key] = Tagger.load(model_dir)
+    return _TAGGERS[key]
+
+
+def test_gpseq(model_dir: Path, test) -> dict:
+    tagger = load_tagger(model_dir)
+    n_tokens = sum(len(s) for s in test)
+    start = time.perf_counter()
+    tagger.tag(test[:8])  # traces the compiled prediction function once
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    tagger.tag(test)
+    tag_s = time.perf_counter() - start
+    report = tagger.evaluate(test).to_dict()
+    return {**report, "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s}
+
+
+# ---- CRFsuite and CRFsuite + T ----------------------------------------------------------------
+def temper(probabilities: np.ndarray, temperature: float) -> np.ndarray:
+    """p^(1/T) renormalised per row. probabilities: [N, V]."""
+    logits = np.log(np.maximum(probabilities, 1e-300)) / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    out = np.exp(logits)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def fit_temperature(probabilities: np.ndarray, gold_index: np.ndarray) -> float:
+    """T minimising the mean token NLL −log max(p^(1/T)[gold] / Σ, eps) (gpseq.evaluate's token NLL).
+
+    probabilities: [N, V]; gold_index: [N], −1 for labels outside the model's set (left out:
+    tempering cannot change their NLL). Grid over log T in [log 0.05, log 20], then a bounded
+    scalar search around the best grid point.
+    """
+    from scipy.optimize import minimize_scalar
+
+    seen = gold_index >= 0
+    if not seen.any():
+        return 1.0
+    log_p = np.log(np.maximum(probabilities[seen], 1e-300))
+    gold = gold_index[seen]
+    rows = np.arange(len(gold))
+
+    def nll(log_t: float) -> float:
+        z = log_p / math.exp(log_t)
+        z_max = z.max(axis=1, keepdims=True)
+        log_norm = z_max[:, 0] + np.log(np.exp(z - z_max).sum(axis=1))
+        return float(np.mean(-np.maximum(z[rows, gold] - log_norm, math.log(DEFAULT_EPS))))
+
+    grid = np.linspace(math.log(0.05), math.log(20.0), 41)
+    values = [nll(g) for g in grid]
+    best = int(np.argmin(values))
+    lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    result = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
+    log_t = float(result.x) if result.fun <= values[best] else float(grid[best])
+    return math.exp(log_t)
+
+
+def _crf_worker(train, feature_config: dict, model_path: str, featurizer_dir: str, dev) -> dict:
+    """Runs in a fresh process: featurise, train CRFsuite, (with dev) fit T. Returns timings and its peak RSS."""
+    import resource
+
+    import sklearn_crfsuite
+
+    from gpseq.features import FeatureConfig, Featurizer
+
+    start = time.perf_counter()
+    featurizer = Featurizer(FeatureConfig.from_dict(feature_config)).fit(train)
+    X = crfsuite_features(featurizer, train)
+    crf = sklearn_crfsuite.CRF(model_filename=model_path, **CRF_PARAMS)
+    crf.fit(X, [list(s.labels) for s in train])
+    temperature = None
+    if dev is not None:
+        labels = list(crf.classes_)
+        index = {label: i for i, label in enumerate(labels)}
+        X_dev = crfsuite_features(featurizer, dev)
+        probs = np.concatenate(crfsuite_marginals(crf, X_dev, labels), axis=0)
+        gold = np.array([index.get(label, -1) for s in dev for label in s.labels], dtype=np.int64)
+        temperature = fit_temperature(probs, gold)
+    train_s = time.perf_counter() - start
+    featurizer.save(featurizer_dir)
+    return {"train_s": train_s, "temperature": temperature,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+
+
+def train_crf(train, feature_config: dict, workdir: Path, name: str, tempered: bool) -> dict:
+    """CRFsuite (tempered: on the train part of train_dev_split, T fitted on its dev part) in a worker process."""
+    dev = None
+    if tempered:
+        train_idx, dev_idx = train_dev_split(len(train), DEV_FRACTION, seed=DEV_SEED)
+        dev = [train[i] for i in dev_idx]
+        train = [train[i] for i in train_idx]
+    model_path = workdir / f"{name}.crfsuite"
+    featurizer_dir = workdir / f"{name}.features"
+    out = in_fresh_process(_crf_worker, train, feature_config, str(model_path), str(featurizer_dir), dev)
+    out.update(model_path=model_path, featurizer_dir=featurizer_dir, model_mb=model_path.stat().st_size / 2**20,
+               train_sentences=len(train), dev_sentences=len(dev or []))
+    return out
+
+
+def test_crf(state: dict, test) -> dict:
+    import sklearn_crfsuite
+
+    from gpseq.features import Featurizer
+
+    featurizer = Featurizer.load(state["featurizer_dir"])
+    crf = sklearn_crfsuite.CRF(model_filename=str(state["model_path"]), **CRF_PARAMS)
+    labels = list(crf.classes_)
+    n_tokens = sum(len(s) for s in test)
+    temperature = state.get("temperature")
+    start = time.perf_counter()
+    for x in crfsuite_features(featurizer, test[:8]):  # as gpseq's: first use of the featuriser and model
+        crf.predict_single(x)
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    X = crfsuite_features(featurizer, test)
+    predicted = [list(crf.predict_single(x)) for x in X]
+    probs = crfsuite_marginals(crf, X, labels)
+    if temperature is not None:
+        probs = [temper(p, temperature) for p in probs]
+    tag_s = time.perf_counter() - start
+    seq_logp = None if temperature is not None else crfsuite_gold_log_probs(crf, X, test)
+    report = evaluate([list(s.labels) for s in test], predicted, labels=labels, probabilities=probs,
+                      sequence_log_probs=seq_logp)
+    return {**report.to_dict(), "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s}
+
+
+# ---- one corpus -------------------------------------------------------------------------------
+def score_of(metrics: dict) -> float | None:
+    return metrics.get("chunk_f1") if metrics.get("chunk_f1") is not None else metrics.get("token_accuracy")
+
+
+def run_systems(train_file: Path, train, test, features: str, extras: list[str], workdir: Path, tag: str):
+    """Train the three systems, test them on `test`. Returns (metrics per system, trained state per system)."""
+    model_dir = workdir / f"{tag}.gpseq"
+    print(f"  gpseq train ({len(train)} sentences) …", flush=True)
+    state = {"gpseq": {**train_gpseq(train_file, features, extras, model_dir), "model_dir": model_dir}}
+    feature_config = load_tagger(model_dir).config.features.to_dict()
+    print(f"    {state['gpseq']['train_s']:.1f} s; CRFsuite …", flush=True)
+    state["crfsuite"] = train_crf(train, feature_config, workdir, f"{tag}.crf", tempered=False)
+    print(f"    {state['crfsuite']['train_s']:.1f} s; CRFsuite + T …", flush=True)
+    state["crfsuite_t"] = train_crf(train, feature_config, workdir, f"{tag}.crf_t", tempered=True)
+    print(f"    {state['crfsuite_t']['train_s']:.1f} s (T = {state['crfsuite_t']['temperature']:.3f}); testing …",
+          flush=True)
+    return test_all(state, test), state
+
+
+def test_all(state: dict, test) -> dict:
+    metrics = {"gpseq": test_gpseq(state["gpseq"]["model_dir"], test)}
+    for system in ("crfsuite", "crfsuite_t"):
+        metrics[system] = test_crf(state[system], test)
+    for system in SYSTEMS:
+        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature"):
+            if state[system].get(key) is not None:
+                metrics[system][key] = state[system][key]
+        metrics[system]["score"] = score_of(metrics[system])
+    return metrics
+
+
+def flatten(corpus: str, metrics: dict, data: dict, command: str) -> dict:
+    out = {f"{corpus}/data/{k}": v for k, v in data.items()}
+    out[f"{corpus}/gpseq/command"] = command
+    for system, values in metrics.items():
+        for key in REPORTED:
+            if values.get(key) is not None:
+                out[f"{corpus}/{system}/{key}"] = values[key]
+    return out
+
+
+def wins(corpus: str, results: dict) -> dict:
+    """issue 16's per-corpus targets (None where a metric is missing)."""
+    def get(system, metric):
+        return results.get(f"{corpus}/{system}/{metric}")
+
+    def check(a, b, op):
+        return None if a is None or b is None else bool(op(a, b))
+
+    return {
+        "nll_below_crfsuite_t": check(get("gpseq", "token_nll"), get("crfsuite_t", "token_nll"), lambda a, b: a < b),
+        "ece_le_crfsuite_t": check(get("gpseq", "ece"), get("crfsuite_t", "ece"), lambda a, b: a <= b),
+        "brier_below_crfsuite": check(get("gpseq", "brier"), get("crfsuite", "brier"), lambda a, b: a < b),
+        "aurc_le_crfsuite": check(get("gpseq", "aurc"), get("crfsuite", "aurc"), lambda a, b: a <= b),
+        "score_ge_crfsuite_minus_0.2": check(get("gpseq", "score"), get("crfsuite", "score"),
+                                             lambda a, b: 100 * a >= 100 * b - 0.2),
+        "train_s_le_2x_crfsuite": check(get("gpseq", "train_s"), get("crfsuite", "train_s"), lambda a, b: a <= 2 * b),
+    }
+
+
+def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
+    test = spec.read(spec.test)
+    if args.quick:
+        test = test[:QUICK_TEST]
+    if spec.source is not None:  # domain shift: reuse the source corpus's trained systems
+        source = states[spec.source]
+        metrics = test_all(source["state"], test)
+        data = {"source": spec.source, "train_sentences": source["train_sentences"]}
+        command = source["command"]
+    else:
+        train = spec.read(spec.train)
+        train_file = spec.train
+        if args.quick and spec.quick_train:
+            train = train[: spec.quick_train]
+            train_file = workdir / f"{spec.name}.train{spec.train.suffix}"
+            write_conll(train_file, train, encoding=spec.encoding)
+        metrics, state = run_systems(train_file, train, test, spec.features, spec.cli_extras(), workdir, spec.name)
+        command = state["gpseq"]["command"]
+        states[spec.name] = {"state": state, "train_sentences": len(train), "command": command}
+        data = {"train_sentences": len(train), "train_tokens": sum(len(s) for s in train),
+                "dev_sentences_crfsuite_t": state["crfsuite_t"]["dev_sentences"]}
+    data.update(test_file=str(spec.test), test_sentences=len(test), test_tokens=sum(len(s) for s in test),
+                features=spec.features)
+    return flatten(spec.name, metrics, data, command)
+
+
+def run_small(name: str, args, workdir: Path) -> dict:
+    """The seed's small-scale protocol on one CRF++ set: means over folds."""
+    folder, n_seq, encoding = PAPER_SETS[name]
+    pool, _ = paper_pool(name)
+    template = corpora_root() / "crfpp" / folder / "template"
+    features = str(template) if args.small_features == "template" else SMALL_PRESETS[name]
+    extras = [] if encoding == "utf-8" else ["--encoding", encoding]
+    per_fold: list[dict] = []
+    command = None
+    for fold, train, test in paper_folds(pool, n_seq, max_folds=1 if args.quick else None):
+        print(f"  fold {fold}: {len(train)} train / {len(test)} test sentences", flush=True)
+        tag = f"small-{name}-fold{fold}"
+        train_file = workdir / f"{tag}.train.data"
+        write_conll(train_file, train, encoding=encoding)
+        metrics, state = run_systems(train_file, train, test, features, extras, workdir, tag)
+        command = state["gpseq"]["command"]
+        per_fold.append(metrics)
+        print("    " + ", ".join(f"{s} err={m['token_error']:.4f} nll={m['token_nll']:.4f}"
+                                 for s, m in metrics.items()), flush=True)
+    corpus = f"small-{name}"
+    mean = {}
+    for system in SYSTEMS:
+        mean[system] = {}
+        for key in REPORTED:
+            values = [m[system].get(key) for m in per_fold]
+            values = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
+            if len(values) == len(per_fold):
+                mean[system][key] = float(np.mean(values))
+    data = {"n_folds": len(per_fold), "n_seq": n_seq, "pool_sentences": len(pool), "features": features}
+    out = flatten(corpus, mean, data, command)
+    for system in SYSTEMS:
+        for key in ("token_nll", "token_error"):
+            values = [m[system][key] for m in per_fold]
+            out[f"{corpus}/{system}/{key}_std"] = float(np.std(values))
+    return out
+
+
+# ---- output -------------------------------------------------------------------------------------
+ROWS = (  # (metric, label, format)
+    ("score", "F1 / accuracy %", lambda v: f"{100 * v:.2f}"),
+    ("token_nll", "token NLL", lambda v: f"{v:.4f}"),
+    ("ece", "ECE (returned labels)", lambda v: f"{v:.4f}"),
+    ("ece_argmax", "ECE (argmax)", lambda v: f"{v:.4f}"),
+    ("brier", "Brier", lambda v: f"{v:.4f}"),
+    ("aurc", "AURC", lambda v: f"{v:.5f}"),
+    ("error_at_90", "error at 90 % coverage", lambda v: f"{v:.4f}"),
+    ("token_error", "token error", lambda v: f"{v:.4f}"),
+    ("train_s", "train s", lambda v: f"{v:.1f}"),
+    ("tag_tokens_per_s", "tag tokens/s", lambda v: f"{v:,.0f}"),
+    ("tag_warmup_s", "tag warm-up s", lambda v: f"{v:.1f}"),
+    ("peak_rss_mb", "peak RSS MB (training)", lambda v: f"{v:,.0f}"),
+    ("model_mb", "model MB", lambda v: f"{v:.2f}"),
+    ("temperature", "temperature T", lambda v: f"{v:.3f}"),
+)
+
+
+def table(corpus: str, results: dict) -> str:
+    data = {k.split("/", 2)[2]: v for k, v in results.items() if k.startswith(f"{corpus}/data/")}
+    head = ", ".join(f"{k} {v}" for k, v in data.items() if k != "test_file")
+    lines = [f"== {corpus}  ({head})", f"{'':<26}" + "".join(f"{s:>14}" for s in SYSTEMS)]
+    for metric, label, fmt in ROWS:
+        cells = [results.get(f"{corpus}/{s}/{metric}") for s in SYSTEMS]
+        if all(c is None for c in cells):
+            continue
+        lines.append(f"{label:<26}" + "".join(f"{fmt(c) if c is not None else '-':>14}" for c in cells))
+    targets = {k.rsplit("/", 1)[1]: v for k, v in results.items() if k.startswith(f"wins/{corpus}/")}
+    if targets:
+        lines.append("targets: " + ", ".join(f"{k} {'yes' if v else ('-' if v is None else 'NO')}"
+                                              for k, v in targets.items()))
+    return "\n".join(lines)
+
+
+def refuse_tracked(path: Path) -> None:
+    """--quick must not overwrite a results file git tracks."""
+    probe = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", str(path.resolve())],
+                           capture_output=True)
+    if probe.returncode == 0:
+        sys.exit(f"--quick: refusing to write over {path}, a file tracked by git (committed results)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the flat JSON results here")
+    parser.add_argument("--quick", action="store_true", help="reduced run (see above)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="corpora (names or prefixes) to run")
+    parser.add_argument("--workdir", type=Path, help="keep models and logs here (default: a temporary folder)")
+    parser.add_argument("--small-features", choices=("template", "preset"), default="template",
+                        help="small-scale protocol: the set's CRF++ template (the seed's) or the preset")
+    args = parser.parse_args()
+    if args.quick and args.json is not None:
+        refuse_tracked(args.json)
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()  # now, while this process is still light (see in_fresh_process)
+    specs = [c for c in corpora() if selected(c.name, args.only)]
+    small = [n for n in small_names() if selected(n, args.only)]
+    needed = {c.source for c in specs if c.source} - {c.name for c in specs}
+    specs = [c for c in corpora() if c.name in needed] + specs  # shift corpora need their source's models
+    if not specs and not small:
+        sys.exit(f"--only {args.only}: no corpus matches; names: "
+                 f"{', '.join([c.name for c in corpora()] + small_names())}")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="versus_crf."))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"versus_crf: {machine()}; work dir {workdir}", flush=True)
+    started = time.perf_counter()
+    results: dict = {}
+    states: dict = {}
+    done = []
+    try:
+        for spec in specs:
+            print(f"{spec.name}:", flush=True)
+            try:
+                results.update(run_corpus(spec, args, workdir, states))
+                done.append(spec.name)
+            except Exception as error:  # noqa: BLE001 — record and go on with the other corpora
+                traceback.print_exc()
+                results[f"{spec.name}/error"] = f"{type(error).__name__}: {error}"[:2000]
+        for name in small:
+            print(f"{name}:", flush=True)
+            try:
+                results.update(run_small(name.removeprefix("small-"), args, workdir))
+                done.append(name)
+            except Exception as error:  # noqa: BLE001
+                traceback.print_exc()
+                results[f"{name}/error"] = f"{type(error).__name__}: {error}"[:2000]
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    # wins: per corpus, every corpus, small-scale counts
+    per_target: dict[str, list] = {}
+    for corpus in done:
+        if corpus.startswith("small-"):
+            nll = results.get(f"{corpus}/gpseq/token_nll"), results.get(f"{corpus}/crfsuite/token_nll")
+            err = results.get(f"{corpus}/gpseq/token_error"), results.get(f"{corpus}/crfsuite/token_error")
+            results[f"wins/{corpus}/nll_below_crfsuite"] = bool(nll[0] < nll[1])
+            results[f"wins/{corpus}/error_le_crfsuite"] = bool(err[0] <= err[1])
+            continue
+        for target, value in wins(corpus, results).items():
+            results[f"wins/{corpus}/{target}"] = value
+            per_target.setdefault(target, []).append(value)
+    for target, values in per_target.items():
+        results[f"wins/every_corpus/{target}"] = all(v is True for v in values)
+        results[f"wins/count/{target}"] = f"{sum(v is True for v in values)}/{len(values)}"
+    small_done = [c for c in done if c.startswith("small-")]
+    if small_done:
+        n_nll = sum(results[f"wins/{c}/nll_below_crfsuite"] for c in small_done)
+        n_err = sum(results[f"wins/{c}/error_le_crfsuite"] for c in small_done)
+        results["wins/small-scale/n_sets"] = len(small_done)
+        results["wins/small-scale/nll_below_crfsuite_sets"] = n_nll
+        results["wins/small-scale/error_le_crfsuite_sets"] = n_err
+        complete = len(small_done) == len(PAPER_SETS)
+        results["wins/small-scale/nll_below_crfsuite_4_of_4"] = (n_nll == 4) if complete else None
+        results["wins/small-scale/error_le_crfsuite_3_of_4"] = (n_err >= 3) if complete else None
+
+    import gpseq
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    results.update({
+        "meta/date": time.strftime("%Y-%m-%d %H:%M"),
+        "meta/machine": machine(),
+        "meta/command": shlex.join(["python", "benchmarks/versus_crf.py", *sys.argv[1:]]),
+        "meta/quick": bool(args.quick),
+        "meta/gpseq_version": gpseq.__version__,
+        "meta/git_head": head.stdout.strip() or None,
+        "meta/wall_s": time.perf_counter() - started,
+        "meta/process_peak_rss_mb": peak_rss_mb(),
+    })
+
+    print()
+    for corpus in done:
+        print(table(corpus, results))
+        print()
+    for key, value in results.items():
+        if key.startswith(("wins/every_corpus/", "wins/count/", "wins/small-scale/")) or key.endswith("/error"):
+            print(f"{key}: {value}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
