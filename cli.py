@@ -11,11 +11,14 @@ error's code (see EXIT_CODES); `--verbose` adds the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
 import logging
 import os
+import shutil
+import stat
 import sys
 import time
 import traceback
@@ -26,15 +29,17 @@ from typing import Annotated, Iterable, Iterator, Optional
 import typer
 
 import gpseq
-from gpseq.errors import ConfigError, GpseqError, InputFormatError, ModelFormatError
+from gpseq.errors import ConfigError, GpseqError, InputFormatError, ModelFormatError, OutputError
 
 EXIT_CODES = """[b]Exit codes[/b]
 
   0    success
   1    other gpseq error
-  2    usage error; input file missing or malformed (names file:line)
+  2    usage error; input file missing or malformed (names file:line);
+       output not writable, an input, or a directory gpseq did not write
   3    model directory without tagger.json, corrupt, or newer format
-  4    invalid configuration (unknown preset, config key or value)
+  4    invalid configuration (unknown preset, config key or value; a
+       --resume checkpoint of another configuration)
   5    numerical failure in training
   130  interrupted
 """
@@ -131,6 +136,12 @@ def _command(function):
             failure, trace = error, traceback.format_exc()
         except FileNotFoundError as error:  # e.g. an output file in a directory that does not exist
             failure = InputFormatError(error.filename or "?", None, error.strerror or "no such file")
+            trace = traceback.format_exc()
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as error:  # a path the user gave
+            failure = OutputError(error.filename or "?", error.strerror or str(error))
+            trace = traceback.format_exc()
+        except OSError as error:  # e.g. a full disk: still one line naming the file
+            failure = GpseqError(f"{error.filename or '?'}: {error.strerror or error}")
             trace = traceback.format_exc()
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
@@ -269,6 +280,94 @@ def _build_config(config_file, features, likelihood, inducing, epochs, max_steps
 
 
 # ---------------------------------------------------------------------------------------------
+# Outputs: checked before any work; never an input, never a foreign file
+# ---------------------------------------------------------------------------------------------
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file: equal once resolved, or the same inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _writable_dir(path: Path, what: Path) -> None:
+    """OutputError (naming `what`) unless `path`, or the nearest ancestor that exists, is a writable directory."""
+    probe = path.absolute()
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(what, f"cannot be created: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(what, f"cannot be written: directory {probe} is not writable (permission denied)")
+
+
+def _check_train_outputs(output: Path, checkpoints: Path) -> None:
+    """Before training: `-o` must be absent, empty, or a gpseq model directory holding only the
+    files gpseq wrote, in a writable directory; the checkpoint directory must be writable."""
+    if checkpoints.resolve() == output.resolve() or output.resolve() in checkpoints.resolve().parents:
+        raise OutputError(checkpoints, f"the checkpoint directory must not be inside the model directory {output}")
+    _tagger_module()._check_save_target(output)
+    if os.path.lexists(checkpoints) and not checkpoints.is_dir():
+        raise OutputError(checkpoints, "exists and is not a directory (needed for checkpoints)")
+    _writable_dir(checkpoints, checkpoints)
+
+
+def _check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path) -> None:
+    """Before tagging: `-o` must not be an input, the model, a directory or a read-only file, and its
+    directory must exist and be writable."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise OutputError(output, "is a directory; -o needs a file name")
+    for path in files:
+        if str(path) != "-" and _same_file(output, path):
+            raise OutputError(output, f"is the same file as the input {path}; refusing to overwrite an input "
+                                      "(choose another -o)")
+    try:
+        inside_model = model_dir.resolve() in output.resolve().parents
+    except (OSError, RuntimeError):
+        inside_model = False
+    if inside_model:
+        raise OutputError(output, f"is inside the model directory {model_dir}; refusing to write there")
+    if os.path.lexists(output):
+        try:
+            mode = output.stat().st_mode
+        except OSError as error:
+            raise OutputError(output, f"cannot be written ({error.strerror or error})") from None
+        if stat.S_ISREG(mode) and (not os.access(output, os.W_OK) or not mode & 0o222):
+            raise OutputError(output, "is a read-only file; refusing to overwrite it")
+    parent = Path(os.path.realpath(output)).parent  # where the temporary file goes (beside a symlink's target)
+    if not parent.is_dir():
+        raise OutputError(output, f"cannot be written: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(output, f"cannot be written: directory {parent} is not writable (permission denied)")
+
+
+@contextlib.contextmanager
+def _output_file(output: Path):
+    """The path to write `output` through: a temporary sibling renamed onto `output` at the end
+    (an existing file keeps its permissions; a failure leaves it untouched). A device or FIFO
+    (e.g. /dev/null) is written directly."""
+    from gpseq.corpora._atomic import atomic_target
+
+    target = Path(os.path.realpath(output)) if output.is_symlink() else output
+    if os.path.exists(target) and not os.path.isfile(target):
+        yield target
+        return
+    with atomic_target(target) as temp:
+        if os.path.exists(target):
+            shutil.copymode(target, temp)
+        yield temp
+
+
+# ---------------------------------------------------------------------------------------------
 # train
 # ---------------------------------------------------------------------------------------------
 
@@ -351,6 +450,8 @@ def train(
     for path in (train_corpus, dev, config):
         if path is not None:
             _require_file(path)
+    checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")
+    _check_train_outputs(output, checkpoints)
     if tag_scheme is not None:
         from gpseq.corpora import normalise_scheme
 
@@ -359,9 +460,6 @@ def train(
                                   devices, strategy, set_)
     sentences = _read_corpus(train_corpus, token_column, label_column, encoding)
     dev_sentences = _read_corpus(dev, token_column, label_column, encoding) if dev is not None else None
-    checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")
-    if output.exists() and not (output / "tagger.json").is_file():
-        raise ConfigError(f"{output}: exists and is not a gpseq model directory; refusing to replace it")
 
     Tagger = _tagger_module().Tagger
     err = _stderr()
@@ -375,7 +473,7 @@ def train(
     if not is_chief_process():  # multiworker: only the chief writes the model (others hold the same one)
         err.print(f"worker done in {elapsed:.0f} s; the chief saves the model")
         return
-    tagger.save(output)
+    tagger.save(output)  # checks `output` again: files put there during training are never replaced
 
     scores = tagger.scores
     table = Table(title=f"gpseq model saved to {output}", show_header=False)
@@ -574,7 +672,7 @@ class _JsonlWriter:
 
 
 class _DocBinWriter:
-    """Tagged sentences as spaCy Docs in a DocBin (written atomically at the end)."""
+    """Tagged sentences as spaCy Docs in a DocBin (written to `path` at the end)."""
 
     def __init__(self, path: Path, lang: str, full_distribution: bool):
         import spacy
@@ -612,12 +710,7 @@ class _DocBinWriter:
         self.docbin.add(doc)
 
     def close(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        try:
-            self.docbin.to_disk(tmp)
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        self.docbin.to_disk(self.path)  # `gpseq tag` gives a temporary file, renamed into place after
 
 
 def _input_format(path: Path, input_format: str) -> str:
@@ -671,23 +764,24 @@ def tag(
         raise ConfigError(f"--samples must be >= 1; got {samples}")
     for path in files:
         _require_file(path)
+    _check_tag_output(output, files, model_dir)
     tagger = _load_tagger(model_dir)
     lang = tagger.config.features.lang
     _check_text_input(tagger, files, input_format)
     scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
 
-    handle = None
-    if format_ == "spacy":
-        writer = _DocBinWriter(output, lang, full_distribution)
-    else:
-        if output is None:
-            stream = sys.stdout
-        else:
-            handle = stream = open(output, "w", encoding="utf-8", newline="\n")
-        writer = (_ConllWriter if format_ == "conll" else _JsonlWriter)(stream, full_distribution)
     n_sentences = n_tokens = 0
     started = time.perf_counter()
-    try:
+    with contextlib.ExitStack() as stack:
+        target = None if output is None else stack.enter_context(_output_file(output))
+        if format_ == "spacy":
+            writer = _DocBinWriter(target, lang, full_distribution)
+        else:
+            if target is None:
+                stream = sys.stdout
+            else:
+                stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
+            writer = (_ConllWriter if format_ == "conll" else _JsonlWriter)(stream, full_distribution)
         for batch in _batches(_iter_inputs(files, input_format, token_column, encoding, lang), batch_size):
             results = tagger.tag([item.sentence for item in batch], samples=samples, mean=mean,
                                  batch_size=batch_size)
@@ -696,9 +790,6 @@ def tag(
                 n_tokens += len(result.tokens)
             n_sentences += len(batch)
         writer.close()
-    finally:
-        if handle is not None:
-            handle.close()
     if output is not None:
         elapsed = time.perf_counter() - started
         _stderr().print(f"tagged {n_sentences:,} sentences, {n_tokens:,} tokens in {elapsed:.1f} s → {output}")

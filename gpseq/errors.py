@@ -22,6 +22,19 @@ class InputFormatError(GpseqError):
         super().__init__(f"{where}: {problem}")
 
 
+class OutputError(GpseqError):
+    """An output that cannot or must not be written: the same file as an input, a directory where
+    a file is expected, read-only, in a directory that does not exist or is not writable, or a
+    directory to replace that holds files gpseq did not write. Names the path and the problem."""
+
+    exit_code = 2
+
+    def __init__(self, path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
 class ModelFormatError(GpseqError):
     """A model directory that is missing, corrupt, or written by a newer gpseq format."""
 

@@ -6,18 +6,24 @@
     tagger.save("model/");  tagger = Tagger.load("model/")
 
 A model directory is data: `tagger.json` (format version, gpseq version, labels, feature,
-model and training configuration, scores), `features/` (the featuriser's vocabulary and
-config), `arrays.npz` (variational parameters, hyperparameters, inducing inputs). No pickle;
-the directory is written to a temporary sibling and renamed into place.
+model and training configuration, scores, and "files": the size and sha256 of every other
+file), `features/` (the featuriser's vocabulary and config), `arrays.npz` (variational
+parameters, hyperparameters, inducing inputs). No pickle; the directory is written to a
+temporary sibling and renamed into place, replacing only a directory that holds nothing but
+what gpseq wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -27,7 +33,8 @@ import scipy.sparse as sp
 
 from gpseq import __version__
 from gpseq.corpora.types import Sentence
-from gpseq.errors import ConfigError, GpseqError, ModelFormatError
+from gpseq.corpora._atomic import apply_umask, stale_temp_siblings
+from gpseq.errors import ConfigError, GpseqError, ModelFormatError, OutputError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
 from gpseq.structured.model import ModelConfig
 from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
@@ -376,10 +383,20 @@ class Tagger:
 
     # ---- persistence --------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write the model directory atomically (temporary sibling, then rename)."""
+        """Write the model directory atomically (temporary sibling, then rename).
+
+        An existing `directory` is replaced only if it is a gpseq model directory holding nothing
+        but the files gpseq wrote (`tagger.json`'s "files" manifest; for models written before
+        the manifest, only tagger.json, arrays.npz and features/): checked before writing and
+        again immediately before the replace, so files put there meanwhile are never deleted
+        (`OutputError` instead). Temporaries of saves that were killed are removed; the
+        directory and its files get the permissions of the umask."""
         directory = Path(directory)
+        _check_save_target(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        _remove_stale_temps(directory)
+        pid = os.getpid()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-{pid}-", dir=directory.parent))
         try:
             self.featurizer.save(tmp / "features")
             arrays = self.model.get_state()
@@ -393,22 +410,36 @@ class Tagger:
                 "config": self.config.to_dict(),
                 "scores": self.scores,
                 "arrays": {name: list(value.shape) for name, value in arrays.items()},
+                "files": _file_manifest(tmp),
             }
             with open(tmp / "tagger.json", "w", encoding="utf-8") as handle:
                 json.dump(meta, handle, indent=2, default=_json_default)
-            old = directory.with_name(f".{directory.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            if directory.exists():
+            apply_umask(tmp)
+            _check_save_target(directory)  # again: files may have been put there during training
+            old = None
+            if os.path.lexists(directory):
+                old = directory.with_name(f".{directory.name}.old-{pid}-{secrets.token_hex(4)}")
                 os.replace(directory, old)
+                # nothing can be added to `directory` any more: a last look before deleting it
+                problem = _foreign_content(old)
+                if problem is not None:
+                    os.replace(old, directory)
+                    raise OutputError(directory, f"{problem}; refusing to replace it")
             os.replace(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Tagger":
-        """Load a model directory written by `save` (no training corpus needed)."""
+        """Load a model directory written by `save` (no training corpus needed).
+
+        Everything is checked before the model is built: the files against tagger.json's
+        manifest (size and sha256, when there is one), the arrays (a missing, empty, truncated
+        or non-npz arrays.npz), and the metadata against the arrays and the featurizer (label
+        count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
         import tensorflow as tf
 
         from gpseq.structured.model import StructuredGP
@@ -418,11 +449,14 @@ class Tagger:
         if not meta_path.is_file():
             raise ModelFormatError(f"{directory}: not a gpseq model directory (no tagger.json)")
         try:
-            with open(meta_path, encoding="utf-8") as handle:
-                meta = json.load(handle)
-        except (OSError, json.JSONDecodeError) as error:
+            with open(meta_path, "rb") as handle:
+                raw = handle.read()
+            if not raw.strip():
+                raise ModelFormatError(f"{meta_path}: empty file ({len(raw)} bytes); the model directory is damaged")
+            meta = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError) as error:  # ValueError: JSON and UTF-8 decoding
             raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
-        if meta.get("format") != "gpseq-tagger":
+        if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
             raise ModelFormatError(f"{meta_path}: not a gpseq tagger model")
         version = meta.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
@@ -430,18 +464,279 @@ class Tagger:
                 f"{meta_path}: model format version {version} is newer than this gpseq "
                 f"({__version__}) reads (<= {FORMAT_VERSION}); upgrade gpseq"
             )
-        config = TaggerConfig.from_dict(meta["config"])
-        featurizer = Featurizer.load(directory / "features")
+        if "files" in meta:
+            _verify_manifest(directory, meta_path, meta["files"])
         try:
-            with np.load(directory / "arrays.npz", allow_pickle=False) as handle:
-                arrays = {name: handle[name] for name in handle.files}
-        except (OSError, ValueError) as error:
-            raise ModelFormatError(f"{directory / 'arrays.npz'}: unreadable arrays ({error})") from None
+            config = TaggerConfig.from_dict(meta["config"])
+            config.validate()
+        except KeyError:
+            raise ModelFormatError(f"{meta_path}: no model configuration (key 'config')") from None
+        except (ConfigError, TypeError, AttributeError, ValueError) as error:
+            raise ModelFormatError(f"{meta_path}: invalid model configuration ({error})") from None
+        _check_labels_against_shapes(meta_path, meta, config)
+        featurizer = Featurizer.load(directory / "features")
+        arrays = _read_arrays(directory / "arrays.npz")
+        _check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer, config)
         dtype = tf.float32 if config.dtype == "float32" else tf.float64
         model = StructuredGP(config.model, meta["num_features"], len(meta["labels"]),
                              StructuredGP.inducing_from_state(arrays), dtype=dtype)
         model.set_state(arrays)
         return cls(config, featurizer, meta["labels"], model, meta.get("scores"))
+
+
+# ---- model directories: what gpseq wrote, what it may replace ------------------------------------
+
+# What `Tagger.save` writes: the only entries an old model directory (no manifest) may hold.
+_LEGACY_MODEL_FILES = frozenset({"tagger.json", "arrays.npz", "features/featurizer.json", "features/vocabulary.npz"})
+_LEGACY_MODEL_DIRS = frozenset({"features"})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_manifest(root: Path) -> dict:
+    """{relative path: {"sha256", "size"}} of every file under `root` but tagger.json."""
+    manifest = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        name = path.relative_to(root).as_posix()
+        if name != "tagger.json":
+            manifest[name] = {"sha256": _sha256(path), "size": path.stat().st_size}
+    return manifest
+
+
+def _entries(root: Path) -> tuple[set[str], set[str], list[str]]:
+    """(regular files, directories, anything else such as symlinks) under `root`, relative POSIX paths."""
+    files, dirs, other = set(), set(), []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as scan:
+            for entry in scan:
+                name = Path(entry.path).relative_to(root).as_posix()
+                if entry.is_symlink():
+                    other.append(name)
+                elif entry.is_dir():
+                    dirs.add(name)
+                    stack.append(Path(entry.path))
+                elif entry.is_file():
+                    files.add(name)
+                else:
+                    other.append(name)
+    return files, dirs, sorted(other)
+
+
+def _foreign_content(directory: Path) -> str | None:
+    """Why `directory` may not be replaced by a model (None: it is an empty directory, or a gpseq
+    model directory holding only what gpseq wrote, unchanged)."""
+    try:
+        files, dirs, other = _entries(directory)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if not files and not dirs and not other:
+        return None
+    meta_path = directory / "tagger.json"
+    if "tagger.json" not in files:
+        return "exists and is not a gpseq model directory (no tagger.json)"
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return "is not a gpseq model directory (its tagger.json is not gpseq's)"
+    if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
+        return "is not a gpseq model directory (its tagger.json has no gpseq-tagger format marker)"
+    manifest = meta.get("files")
+    if manifest is None:  # written before the manifest: only the files gpseq writes
+        allowed_files, allowed_dirs = _LEGACY_MODEL_FILES, _LEGACY_MODEL_DIRS
+    else:
+        if not isinstance(manifest, dict) or not all(
+                isinstance(k, str) and isinstance(v, dict) for k, v in manifest.items()):
+            return "is not a gpseq model directory (tagger.json has a malformed file manifest)"
+        allowed_files = set(manifest) | {"tagger.json"}
+        allowed_dirs = {parent.as_posix() for name in allowed_files for parent in Path(name).parents
+                        if parent != Path(".")}
+    foreign = sorted(other) + sorted((files - set(allowed_files)) | (dirs - set(allowed_dirs)))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"holds {foreign[0]}{more}, which gpseq did not write"
+    if manifest is not None:
+        for name, record in sorted(manifest.items()):
+            path = directory / name
+            if name not in files:
+                continue  # a missing file loses nothing
+            try:
+                changed = path.stat().st_size != record.get("size") or _sha256(path) != record.get("sha256")
+            except OSError:
+                changed = True
+            if changed:
+                return f"holds {name}, changed since gpseq wrote it (size or sha256 differ from tagger.json)"
+    return None
+
+
+def _writable_parent(path: Path) -> None:
+    """OutputError unless `path` can be created: its nearest existing ancestor is a writable directory."""
+    ancestor = path.absolute().parent
+    while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(path, f"cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(path, f"cannot be written: directory {ancestor} is not writable (permission denied)")
+
+
+def _check_save_target(directory: str | os.PathLike) -> None:
+    """OutputError unless `Tagger.save(directory)` may write there: the parent can be written, and
+    `directory` is absent, empty, or a gpseq model directory holding only the files gpseq wrote."""
+    directory = Path(directory)
+    if os.path.lexists(directory):
+        if directory.is_symlink():
+            raise OutputError(directory, "is a symbolic link; give the model directory itself")
+        if not directory.is_dir():
+            raise OutputError(directory, "exists and is not a directory; refusing to replace it")
+        problem = _foreign_content(directory)
+        if problem is not None:
+            raise OutputError(directory, f"{problem}; refusing to replace it")
+    _writable_parent(directory)
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    """Delete `.NAME.tmp-PID-*` / `.NAME.old-PID-*` siblings left by saves whose process is dead."""
+    prefixes = (f".{directory.name}.tmp-", f".{directory.name}.old-")
+    for path in stale_temp_siblings(directory.parent, prefixes):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
+    """ModelFormatError naming the first file that is missing or differs from tagger.json's manifest."""
+    if not isinstance(manifest, dict):
+        raise ModelFormatError(f"{meta_path}: malformed file manifest ('files')")
+    for name, record in sorted(manifest.items()):
+        path = directory / name
+        if not isinstance(record, dict) or ".." in Path(name).parts or Path(name).is_absolute():
+            raise ModelFormatError(f"{meta_path}: malformed file manifest entry {name!r}")
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ModelFormatError(f"{path}: missing (listed in {meta_path.name})") from None
+        except OSError as error:
+            raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+        if size != record.get("size"):
+            what = "empty file" if size == 0 else f"{size:,} bytes"
+            raise ModelFormatError(f"{path}: {what}, {meta_path.name} records {record.get('size'):,} bytes "
+                                   "(truncated or changed since gpseq wrote it)"
+                                   if isinstance(record.get("size"), int) else
+                                   f"{path}: {what}; {meta_path.name} records no valid size")
+        if _sha256(path) != record.get("sha256"):
+            raise ModelFormatError(f"{path}: sha256 does not match {meta_path.name} (changed since gpseq wrote it)")
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of arrays.npz; a missing, empty, truncated or non-npz file is a ModelFormatError."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: missing; the model directory is incomplete") from None
+    except OSError as error:
+        raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+    if size == 0:
+        raise ModelFormatError(f"{path}: empty file (0 bytes); the model directory is damaged")
+    try:
+        handle = np.load(path, allow_pickle=False)
+        if not isinstance(handle, np.lib.npyio.NpzFile):
+            raise ModelFormatError(f"{path}: not an .npz archive of arrays")
+        with handle:
+            return {name: handle[name] for name in handle.files}
+    except ModelFormatError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ModelFormatError(f"{path}: unreadable arrays, truncated or corrupt ({detail})") from None
+
+
+def _shape(value) -> list[int] | None:
+    if isinstance(value, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in value):
+        return list(value)
+    return None
+
+
+def _check_labels_against_shapes(meta_path: Path, meta: dict, config: TaggerConfig) -> None:
+    """The label list against the array shapes tagger.json records, before anything is read or
+    allocated (a tagger.json with extra labels must not build a [V, V] model first)."""
+    labels = meta.get("labels")
+    if not isinstance(labels, list) or not labels or not all(isinstance(l, str) for l in labels):
+        raise ModelFormatError(f"{meta_path}: 'labels' must be a non-empty list of strings")
+    if len(set(labels)) != len(labels):
+        raise ModelFormatError(f"{meta_path}: 'labels' has duplicates")
+    num_features = meta.get("num_features")
+    if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features < 1:
+        raise ModelFormatError(f"{meta_path}: 'num_features' must be a positive integer, got {num_features!r}")
+    recorded = meta.get("arrays")
+    if not isinstance(recorded, dict) or not recorded:
+        raise ModelFormatError(f"{meta_path}: no array shapes ('arrays')")
+    shapes = {}
+    for name, shape in recorded.items():
+        shapes[name] = _shape(shape)
+        if shapes[name] is None:
+            raise ModelFormatError(f"{meta_path}: array {name!r} has an invalid shape {shape!r}")
+    V, D = len(labels), num_features
+    expected = {"var:label_bias": [V], "var:pairwise_mean": [V, V]}
+    if config.model.has_weight_space:
+        expected["var:linear/q_mu"] = [D, V]
+    for name, shape in expected.items():
+        if shapes.get(name) != shape:
+            raise ModelFormatError(
+                f"{meta_path}: {V:,} labels and {D:,} features, but the array {name} has shape "
+                f"{shapes.get(name)} (expected {shape}): labels or num_features do not match the arrays"
+            )
+    if config.model.has_inducing:
+        if shapes.get("inducing_inputs/shape") != [2] or shapes.get("inducing_inputs/indptr") is None:
+            raise ModelFormatError(f"{meta_path}: the model's inducing inputs are missing from 'arrays'")
+        M = shapes["inducing_inputs/indptr"][0] - 1
+        if M < 1:
+            raise ModelFormatError(f"{meta_path}: no inducing inputs (indptr of shape {[M + 1]})")
+        if config.model.unary != "deep":
+            K = config.model.num_components
+            for name, shape in {"var:inducing/mixture_logits": [K], "var:inducing/q_mu": [K, M, V]}.items():
+                if name in shapes and shapes[name] != shape:
+                    raise ModelFormatError(
+                        f"{meta_path}: {V:,} labels, {K} components and {M} inducing inputs, but the array "
+                        f"{name} has shape {shapes[name]} (expected {shape})")
+        elif "var:deep/mean_weights" in shapes and shapes["var:deep/mean_weights"] != [D, config.model.hidden_dims]:
+            raise ModelFormatError(
+                f"{meta_path}: {D:,} features and hidden_dims {config.model.hidden_dims}, but the array "
+                f"var:deep/mean_weights has shape {shapes['var:deep/mean_weights']}")
+
+
+def _check_arrays(meta_path: Path, npz_path: Path, meta: dict, arrays: dict, featurizer: Featurizer,
+                  config: TaggerConfig) -> None:
+    """The arrays read from arrays.npz against tagger.json's shapes, and num_features against the featurizer."""
+    if meta["num_features"] != featurizer.n_features:
+        raise ModelFormatError(
+            f"{meta_path}: num_features {meta['num_features']:,} does not match the featurizer's "
+            f"{featurizer.n_features:,} (features/featurizer.json)")
+    recorded = {name: list(shape) for name, shape in meta["arrays"].items()}
+    actual = {name: list(value.shape) for name, value in arrays.items()}
+    missing = sorted(set(recorded) - set(actual))
+    extra = sorted(set(actual) - set(recorded))
+    if missing:
+        raise ModelFormatError(f"{npz_path}: lacks the array {missing[0]!r} listed in {meta_path.name}")
+    if extra:
+        raise ModelFormatError(f"{npz_path}: holds an array {extra[0]!r} not listed in {meta_path.name}")
+    for name, shape in recorded.items():
+        if actual[name] != shape:
+            raise ModelFormatError(f"{npz_path}: array {name!r} has shape {actual[name]}, "
+                                   f"{meta_path.name} records {shape}")
+    if config.model.has_inducing:
+        shape = arrays["inducing_inputs/shape"]
+        M = arrays["inducing_inputs/indptr"].shape[0] - 1
+        if shape.dtype.kind not in "iu" or [int(d) for d in shape] != [M, featurizer.n_features]:
+            raise ModelFormatError(f"{npz_path}: inducing inputs of shape {shape.tolist()}, expected "
+                                   f"[{M}, {featurizer.n_features}] (inducing points × features)")
 
 
 def _mc_log_prob(model, labels, unary, pairwise, lengths, log_z=None):

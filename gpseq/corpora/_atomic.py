@@ -24,3 +24,63 @@ def atomic_target(path: str | os.PathLike):
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc on Linux; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(root: str | os.PathLike) -> None:
+    """chmod `root` and everything under it as a plain mkdir/open would have: directories
+    0o777 & ~umask, files 0o666 & ~umask (tempfile.mkdtemp/mkstemp make them 0700/0600)."""
+    mask = current_umask()
+    os.chmod(root, 0o777 & ~mask)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (True when that cannot be told)."""
+    if pid == os.getpid():
+        return True
+    if os.name == "nt" or pid <= 0:  # os.kill(pid, 0) would terminate the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # someone else's process, or a pid we cannot ask about: leave its files alone
+    return True
+
+
+def stale_temp_siblings(parent: str | os.PathLike, prefixes: tuple[str, ...]) -> list[Path]:
+    """Entries of `parent` named `<prefix><pid>-<anything>` or `<prefix><pid>` whose writer `pid`
+    is no longer running: the temporaries of a write that was killed."""
+    stale = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return stale
+    for entry in entries:
+        for prefix in prefixes:
+            if not entry.name.startswith(prefix):
+                continue
+            pid_text = entry.name[len(prefix):].split("-", 1)[0]
+            if pid_text.isdigit() and not process_alive(int(pid_text)):
+                stale.append(Path(entry.path))
+            break
+    return stale

@@ -183,7 +183,10 @@ class Trainer:
         """Write model + optimiser + state to `checkpoint_dir/checkpoint` atomically (dir rename).
 
         Only the chief writes there; other workers write their (identical) variables to a
-        temporary directory and delete it, since saving mirrored variables is collective."""
+        temporary directory and delete it, since saving mirrored variables is collective.
+        `.checkpoint.tmp-PID` directories of writers that were killed are removed first;
+        state.json records the shape of every variable, so that `--resume` with another
+        configuration or corpus names what differs."""
         if self.checkpoint_dir is None:
             return
         if not self.is_chief:
@@ -193,7 +196,11 @@ class Trainer:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             return
+        from gpseq.corpora._atomic import stale_temp_siblings
+
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        for stale in stale_temp_siblings(self.checkpoint_dir, (".checkpoint.tmp-",)):
+            shutil.rmtree(stale, ignore_errors=True)
         final = self.checkpoint_dir / "checkpoint"
         tmp = self.checkpoint_dir / f".checkpoint.tmp-{os.getpid()}"
         old = self.checkpoint_dir / ".checkpoint.old"
@@ -202,6 +209,7 @@ class Trainer:
         self._checkpoint().write(str(tmp / "ckpt"))
         state = asdict(self.state)
         state["best_values"] = None
+        state["variables"] = self._variable_shapes()
         with open(tmp / "state.json", "w") as handle:
             json.dump(state, handle)
         if self._best_values is not None:
@@ -212,19 +220,61 @@ class Trainer:
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
 
+    def _variable_shapes(self) -> dict[str, list[int]]:
+        """{path of the variable in the model: shape} (what a checkpoint must match to be restored)."""
+        flatten = getattr(self.model, "_flatten", None)
+        if flatten is not None:
+            found = flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)
+            named = (("/".join(str(part) for part in path), v) for path, v in found)
+        else:
+            named = ((f"{i}:{v.name}", v) for i, v in enumerate(self.model.trainable_variables))
+        return {name: [int(d) for d in variable.shape] for name, variable in named}
+
     def restore_checkpoint(self) -> bool:
-        """Load the last checkpoint if there is one; returns whether one was found."""
+        """Load the last checkpoint if there is one; returns whether one was found.
+
+        A checkpoint written for another model (other labels, features, kernel, inducing points…)
+        is a ConfigError naming the checkpoint directory and the first variables that differ."""
         if self.checkpoint_dir is None:
             return False
         final = self.checkpoint_dir / "checkpoint"
         if not (final / "state.json").exists():
             return False
+        advice = "use another --checkpoint-dir, delete it, or train without --resume"
+        try:
+            with open(final / "state.json") as handle:
+                state = json.load(handle)
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"{final}: unreadable checkpoint state ({error}); {advice}") from None
+        saved = state.pop("variables", None)
+        if isinstance(saved, dict):
+            current = self._variable_shapes()
+            differences = [
+                f"{name} {saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now"
+                for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)
+            ]
+            if differences:
+                more = f" (and {len(differences) - 2} more)" if len(differences) > 2 else ""
+                raise ConfigError(
+                    f"{self.checkpoint_dir}: the checkpoint was written for another model configuration or "
+                    f"corpus: {'; '.join(differences[:2])}{more}; {advice}"
+                )
         self._ensure_slots()
-        self._checkpoint().read(str(final / "ckpt")).assert_consumed()
-        with open(final / "state.json") as handle:
-            state = json.load(handle)
+        try:
+            self._checkpoint().read(str(final / "ckpt")).assert_consumed()
+        except (ValueError, AssertionError, tf.errors.OpError) as error:
+            detail = " ".join(str(error).split())[:300]
+            raise ConfigError(
+                f"{self.checkpoint_dir}: the checkpoint does not match this model configuration or corpus "
+                f"({detail}); {advice}"
+            ) from None
         state.pop("best_values", None)
-        self.state = TrainState(**state)
+        try:
+            self.state = TrainState(**state)
+        except TypeError as error:
+            raise ConfigError(f"{final}: unreadable checkpoint state ({error}); {advice}") from None
         best = final / "best.npz"
         if best.exists():
             with np.load(best, allow_pickle=False) as arrays:
