@@ -72,7 +72,7 @@ def timed_run(strategy, data, n_features, n_labels, inducing, *, batch_size, max
     from gpseq.training.trainer import Trainer, TrainingConfig
 
     with strategy.scope():
-        model = StructuredGP(ModelConfig(), n_features, n_labels, inducing, dtype=tf.float32)
+        model = StructuredGP(ModelConfig(kernel="linear+rbf"), n_features, n_labels, inducing, dtype=tf.float32)
     model.loss = lambda batch, s: (-model.elbo(batch, len(data), 1, s), {})
     config = TrainingConfig(batch_size=batch_size, epochs=1, max_steps=max_steps, seed=seed,
                             early_stopping="none", dev_fraction=0.0, checkpoint_every=0)

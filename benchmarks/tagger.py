@@ -150,8 +150,8 @@ def paper(args) -> dict:
                         training=TrainingConfig(epochs=args.paper_epochs, batch_size=10, learning_rate=args.lr,
                                                 early_stopping="none", seed=fold))
             configs = {
-                "gpseq": TaggerConfig(model=ModelConfig(num_inducing=args.paper_inducing), **base),
-                "gpseq_pseudo": TaggerConfig(model=ModelConfig(num_inducing=args.paper_inducing, likelihood="pseudo"),
+                "gpseq": TaggerConfig(model=ModelConfig(kernel="linear+rbf", num_inducing=args.paper_inducing), **base),
+                "gpseq_pseudo": TaggerConfig(model=ModelConfig(kernel="linear+rbf", num_inducing=args.paper_inducing, likelihood="pseudo"),
                                              **base),
                 "gpseq_paper": TaggerConfig(model=ModelConfig(kernel="paper-linear", num_inducing=args.paper_inducing,
                                                               rbf_conditional="full"), **base),

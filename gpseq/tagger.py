@@ -52,6 +52,8 @@ class TaggerConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     tag_scheme: str = "iob2"
+    predictive: str = "deterministic"  # marginals: "deterministic" (probit-scaled potentials, one
+    # forward–backward) | "mc" (average over `predict_samples` draws of f); both calibrated by T, α
     predict_samples: int = 16  # S, Monte Carlo samples of f for the calibrated marginals
     decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal"
     dtype: str = "float32"
@@ -62,6 +64,7 @@ class TaggerConfig:
             "model": self.model.to_dict(),
             "training": asdict(self.training),
             "tag_scheme": self.tag_scheme,
+            "predictive": self.predictive,
             "predict_samples": self.predict_samples,
             "decode": self.decode,
             "dtype": self.dtype,
@@ -83,13 +86,27 @@ class TaggerConfig:
         except TypeError as error:
             raise ConfigError(f"invalid tagger configuration: {error}") from None
 
+    def resolved_method(self) -> str:
+        """The training method: `training.method`, with "auto" = laplace for the weight-space
+        linear model with the exact chain likelihood, svi otherwise."""
+        if self.training.method != "auto":
+            return self.training.method
+        m = self.model
+        laplace_ok = m.kernel == "linear" and m.unary == "shallow" and m.likelihood == "exact"
+        return "laplace" if laplace_ok and self.training.strategy == "default" else "svi"
+
     def validate(self) -> None:
         self.model.validate()
+        if self.training.method == "laplace" and (self.model.kernel != "linear" or self.model.unary != "shallow"):
+            raise ConfigError('training.method "laplace" needs model.kernel "linear" with shallow unaries; '
+                              'use training.method "svi" for other models')
         self.training.validate()
         if self.decode not in ("viterbi", "max-marginal"):
             raise ConfigError(f"decode must be viterbi or max-marginal, got {self.decode!r}")
         if self.dtype not in ("float32", "float64"):
             raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        if self.predictive not in ("deterministic", "mc"):
+            raise ConfigError(f"predictive must be deterministic or mc, got {self.predictive!r}")
         if self.predict_samples < 1:
             raise ConfigError(f"predict_samples must be >= 1, got {self.predict_samples}")
 
@@ -152,7 +169,8 @@ class Tagger:
         checkpoint_dir: str | os.PathLike | None = None,
         resume: bool = False,
     ) -> "Tagger":
-        """Fit features, inducing inputs and the variational posterior by SVI on `train`."""
+        """Fit features and the posterior on `train`: MAP + Laplace with evidence-fitted priors and
+        a dev-fitted calibration for the weight-space model (the default), SVI otherwise."""
         import tensorflow as tf
 
         from gpseq.gp.inducing import kmeans_inducing
@@ -168,16 +186,26 @@ class Tagger:
                 f"{where.source}:{where.line}: training sentence without labels" if where else "empty training corpus"
             )
         tcfg = config.training
-        if dev is None and tcfg.dev_fraction > 0 and tcfg.early_stopping != "none" and len(train) >= 10:
-            rng = np.random.default_rng([tcfg.seed, 7])
-            order = rng.permutation(len(train))
-            n_dev = max(1, int(round(tcfg.dev_fraction * len(train))))
-            dev = [train[i] for i in sorted(order[:n_dev])]
-            train = [train[i] for i in sorted(order[n_dev:])]
+        method = config.resolved_method()
+        wants_dev = tcfg.calibrate if method == "laplace" else tcfg.early_stopping != "none"
+        if dev is None and tcfg.dev_fraction > 0 and wants_dev and len(train) >= 10:
+            from gpseq.corpora.splits import train_dev_split
+
+            train_ids, dev_ids = train_dev_split(len(train), tcfg.dev_fraction, seed=tcfg.seed)
+            dev = [train[i] for i in dev_ids]
+            train = [train[i] for i in train_ids]
         labels = sorted({label for s in train for label in s.labels})
         featurizer = Featurizer(config.features).fit(train)
-        data = cls._sequence_data(featurizer, train, {l: i for i, l in enumerate(labels)})
+        label_index = {l: i for i, l in enumerate(labels)}
+        data = cls._sequence_data(featurizer, train, label_index)
         dtype = tf.float32 if config.dtype == "float32" else tf.float64
+        if method == "laplace":
+            from gpseq.training.laplace import train_laplace
+
+            dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
+            model, scores = train_laplace(config, featurizer, len(labels), data, dev_data, dtype, callbacks)
+            scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
+            return cls(config, featurizer, labels, model, scores)
         inducing = None
         if config.model.has_inducing:
             M = min(config.model.num_inducing, data.rows.shape[0])
@@ -236,6 +264,13 @@ class Tagger:
         return SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), label_ids)
 
     # ---- prediction ---------------------------------------------------------------------------
+    def _deterministic(self, mean: bool | None, samples: int | None) -> bool:
+        """Whether a prediction uses the deterministic calibrated predictive (`mean=True`) or
+        Monte Carlo over q(f): explicit `mean` wins, then explicit `samples`, then the config."""
+        if mean is not None:
+            return bool(mean)
+        return samples is None and self.config.predictive == "deterministic"
+
     def _compiled(self, mean: bool):
         import tensorflow as tf
 
@@ -245,9 +280,10 @@ class Tagger:
         if mean and self._mean_fn is None:
 
             def mean_fn(batch):
-                unary, pairwise = model.mean_potentials(batch)
+                unary, pairwise = model.predictive_potentials(batch)  # calibrated, deterministic
                 marg = chain.unary_marginals(unary, pairwise, batch["lengths"])
-                path, _ = chain.viterbi(unary, pairwise, batch["lengths"])
+                mean_unary, mean_pairwise = model.mean_potentials(batch)
+                path, _ = chain.viterbi(mean_unary, mean_pairwise, batch["lengths"])
                 logp = tf.minimum(chain.log_likelihood(path, unary, pairwise, batch["lengths"]), 0.0)
                 return marg, path, logp
 
@@ -267,19 +303,20 @@ class Tagger:
             )
         return self._mean_fn if mean else self._predict_fn
 
-    def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool = False,
+    def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool | None = None,
                         batch_size: int = 256, seed: int = 0):
         """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         yield from self.predict_features(self.featurizer.transform(sentences), samples=samples, mean=mean,
                                          batch_size=batch_size, seed=seed)
 
-    def predict_features(self, matrix, *, samples: int | None = None, mean: bool = False,
+    def predict_features(self, matrix, *, samples: int | None = None, mean: bool | None = None,
                          batch_size: int = 256, seed: int = 0):
         """`predict_batches` for a FeatureMatrix (e.g. `featurizer.transform_docs(docs)`, rows `[N, D]`):
         yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         import tensorflow as tf
 
         data = SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), None)
+        mean = self._deterministic(mean, samples)
         samples = samples or self.config.predict_samples
         fn = self._compiled(mean)
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
@@ -291,7 +328,7 @@ class Tagger:
                 marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant([seed, number], tf.int32))
             yield ids, marg.numpy(), path.numpy(), logp.numpy()
 
-    def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool = False,
+    def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
             decode: str | None = None, batch_size: int = 256) -> list[TaggedSentence]:
         """Label tokenised sentences; per-token distributions are Monte Carlo averages over q(f)
         (`samples` draws; `mean=True` uses the posterior-mean potentials instead)."""
@@ -314,7 +351,7 @@ class Tagger:
                 )
         return results  # type: ignore[return-value]
 
-    def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool = False,
+    def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                  n_bins: int = 15):
         """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors)."""
         from gpseq.evaluate import evaluate
@@ -345,7 +382,7 @@ class Tagger:
 
             def gold_fn(batch, num_samples, seed, mean):
                 def mean_mode():
-                    unary, pairwise = model.mean_potentials(batch)
+                    unary, pairwise = model.predictive_potentials(batch)
                     ll = chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
                     return tf.minimum(ll, 0.0)  # float32 rounding can put a near-certain path above 0
 
@@ -353,6 +390,7 @@ class Tagger:
                     seeds = tfp.random.split_seed(seed, 2)
                     unary = model.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
                     pairwise = model.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
+                    unary, pairwise = model.calibrate_samples(batch, unary, pairwise)
                     return _mc_log_prob(model, batch["labels"], unary, pairwise, batch["lengths"])
 
                 return tf.cond(mean, mean_mode, mc_mode)
@@ -360,13 +398,14 @@ class Tagger:
             self._gold_fn = tf.function(gold_fn, input_signature=signature)
         return self._gold_fn
 
-    def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool = False,
+    def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                        batch_size: int = 256, seed: int = 1) -> np.ndarray:
         """log p(gold path | X) per sentence: log E_q[p(y | f)] by Monte Carlo (log-mean-exp over
         `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training."""
         import tensorflow as tf
 
         corpus = list(corpus)
+        mean = self._deterministic(mean, samples)
         data = self._sequence_data(self.featurizer, corpus, self.label_index)
         out = np.full(len(corpus), -np.inf)
         dtype = np.float32 if self.config.dtype == "float32" else np.float64

@@ -149,7 +149,7 @@ def test_tagger_with_deep_unaries_learns_the_sample(sample_dir, tmp_path):
     test = read_conll(sample_dir / "test.conll")
     config = TaggerConfig(
         features=get_preset("chunking"),
-        model=ModelConfig(num_inducing=8, unary="deep", hidden_dims=4),  # weight-space linear part + deep GP
+        model=ModelConfig(kernel="linear+rbf", num_inducing=8, unary="deep", hidden_dims=4),  # weight-space linear part + deep GP
         training=TrainingConfig(epochs=2, batch_size=16, learning_rate=0.05, seed=1, early_stopping="none"),
         predict_samples=4,
         dtype="float32",

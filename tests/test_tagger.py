@@ -210,7 +210,7 @@ def _quick_config(dtype="float32", **training):
     params.update(training)
     return TaggerConfig(
         features=get_preset("chunking"),
-        model=ModelConfig(num_inducing=8),
+        model=ModelConfig(kernel="linear+rbf", num_inducing=8),
         training=TrainingConfig(**params),
         predict_samples=4,
         dtype=dtype,
@@ -312,7 +312,7 @@ def test_one_token_sentences_tag_and_train():
     train = [Sentence(["a", "b"], ["X", "Y"]), Sentence(["b"], ["Y"]), Sentence(["a"], ["X"])] * 4
     from gpseq.features import get_preset
 
-    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(num_inducing=2),
+    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear+rbf", num_inducing=2),
                           training=TrainingConfig(epochs=1, batch_size=4, dev_fraction=0.0, seed=0))
     tagger = Tagger.train(train, config)
     for mean in (False, True):
@@ -365,7 +365,7 @@ def test_natural_gradient_step_on_q_u_increases_the_elbo_and_trains_the_tagger(s
 
     # wired into training: q(u) moves only by natural-gradient steps, the rest by Adam
     train = _sample("train", sample_dir)[:60]
-    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(num_inducing=4),
+    config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear+rbf", num_inducing=4),
                           training=TrainingConfig(epochs=2, batch_size=20, dev_fraction=0.0, seed=0,
                                                   natgrad_gamma=0.01))
     tagger = Tagger.train(train, config)

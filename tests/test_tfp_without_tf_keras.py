@@ -27,7 +27,7 @@ def test_model_trains_and_tf_keras_stays_unimportable_without_tf_keras():
         from gpseq.training.trainer import TrainingConfig
 
         train = read_conll("corpora/sample/train.conll")[:40]
-        config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(num_inducing=4),
+        config = TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear+rbf", num_inducing=4),
                               training=TrainingConfig(epochs=1, batch_size=20, seed=0))
         tagger = Tagger.train(train, config)
         result = tagger.tag(train[:2])[0]

@@ -295,6 +295,19 @@ class Featurizer:
                 names[column] = template.render(values)
         return names
 
+    def column_groups(self) -> tuple[np.ndarray, list[str]]:
+        """The template each column belongs to: group ids `[D]` into the returned names (the
+        priors of the weights are shared within a template). Column 0 (padding) is group 0,
+        "<pad>"; with the hashing trick every other column is one group, "<hashed>"."""
+        self._check_fitted()
+        groups = np.zeros(self.n_features, dtype=np.int32)
+        if self.hashing:
+            groups[PAD_ID + 1 :] = 1
+            return groups, ["<pad>", "<hashed>"]
+        for number, table in enumerate(self._tables, start=1):
+            groups[table.columns] = number
+        return groups, ["<pad>"] + [template.name for template in self._templates]
+
     def to_dict(self) -> dict:
         """The JSON part of the saved featurizer (config, value strings, format version)."""
         self._check_fitted()

@@ -40,7 +40,7 @@ ESTIMATORS = ("pathwise", "score")
 class ModelConfig:
     """The structured GP model (saved with the tagger)."""
 
-    kernel: str = "linear+rbf"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
+    kernel: str = "linear"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
     likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood
     estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
     num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
@@ -112,6 +112,10 @@ class StructuredGP(tf.Module):
         # (q_mu, q_sqrt) while an ELBO is evaluated at other q(u) parameters; untracked by tf.Module
         object.__setattr__(self, "_q_override", None)
         V = num_labels
+        # Prediction-time calibration fitted on held-out data (never trained by the ELBO):
+        # potentials N(m, α v) → m / √(1 + π α v / 8) / T (see `predictive_potentials`).
+        self.variance_scale = tf.Variable(tf.ones([], dtype), trainable=False, name="variance_scale")
+        self.temperature = tf.Variable(tf.ones([], dtype), trainable=False, name="temperature")
         self.label_bias = tf.Variable(tf.zeros([V], dtype), name="label_bias")
         self.pairwise_mean = tf.Variable(tf.zeros([V, V], dtype), name="pairwise_mean")
         self.pairwise_variance = tfp.util.TransformedVariable(
@@ -391,12 +395,55 @@ class StructuredGP(tf.Module):
         """Posterior-mean unaries `[B, T, V]` and pairwise `[V, V]` (the fast prediction mode)."""
         return self.unary_mean(batch), tf.convert_to_tensor(self.pairwise_mean)
 
+    def calibrate_samples(self, batch, unary, pairwise):
+        """Samples of the calibrated predictive: spread around the mean scaled by √α, then / T."""
+        root = tf.sqrt(self.variance_scale)
+        mean, pair_mean = self.mean_potentials(batch)
+        unary = (mean + root * (unary - mean)) / self.temperature
+        pairwise = (pair_mean + root * (pairwise - pair_mean)) / self.temperature
+        return unary, pairwise
+
+    def unary_moments(self, batch):
+        """Posterior mean and marginal variance of each unary potential, `[B, T, V]` each
+        (linear part Σ_f x_f² s_f; inducing part diag(K̃) + diag(A S Aᵀ), mixtures by their mean
+        component variance; deep unaries contribute their mean only)."""
+        mean = self.unary_mean(batch)
+        variance = tf.zeros_like(mean)
+        if self.linear is not None:
+            var = tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"])  # [U, V]
+            variance += gather_sum(var, batch["indices"], batch["values"] ** 2)
+        if self.inducing is not None:
+            a_w, kxx, _ = self._inducing_projection(batch)  # [B, T, M], [B, T]
+            variance += tf.nn.relu(kxx - tf.reduce_sum(a_w**2, -1))[..., None]
+            scale = self._inducing_scale()
+            weights = self.inducing.mixture_weights()
+            if self.config.full_covariance:  # [K, V, M, M]
+                proj = tf.einsum("btm,kvmn->kbtvn", a_w, scale)
+                variance += tf.einsum("k,kbtv->btv", weights, tf.reduce_sum(proj**2, -1))
+            else:  # [K, M, V]
+                variance += tf.einsum("k,btm,kmv->btv", weights, a_w**2, scale**2)
+        return mean, variance
+
+    def predictive_potentials(self, batch):
+        """Deterministic approximation of the posterior-averaged chain: each Gaussian potential
+        N(m, α v) replaced by m / √(1 + π α v / 8) (MacKay's probit approximation of E[softmax]),
+        all divided by the temperature T; one forward–backward on these gives the calibrated
+        marginals. Unary `[B, T, V]`, pairwise `[V, V]`."""
+        mean, variance = self.unary_moments(batch)
+        alpha = self.variance_scale
+        factor = np.pi / 8.0
+        unary = mean / tf.sqrt(1.0 + factor * alpha * variance) / self.temperature
+        pair_var = tf.convert_to_tensor(self.pairwise_variance)
+        pairwise = self.pairwise_mean / tf.sqrt(1.0 + factor * alpha * pair_var) / self.temperature
+        return unary, pairwise
+
     def predict_marginals(self, batch, num_samples: int, seed):
         """Per-token label marginals averaged over posterior samples of f `[B, T, V]`, with the
         samples (unary `[K, S, B, T, V]`, pairwise `[S, 1, V, V]`) and their log Z `[K, S, B]`."""
         seeds = tfp.random.split_seed(seed, 2)
         unary = self.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
         pairwise = self.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
+        unary, pairwise = self.calibrate_samples(batch, unary, pairwise)
         marg, log_z = chain.unary_marginals(unary, pairwise, batch["lengths"], return_log_partition=True)
         weights = self._mixture_weights()
         mean = tf.einsum("k,ksbtv->btv", weights, marg) / tf.cast(num_samples, marg.dtype)
@@ -431,6 +478,9 @@ class StructuredGP(tf.Module):
         from gpseq.errors import ModelFormatError
 
         for name, variable in self._variables_by_path().items():
+            if name not in state and name in ("var:temperature", "var:variance_scale"):
+                variable.assign(tf.ones([], self.dtype))  # models saved before calibration existed
+                continue
             if name not in state:
                 raise ModelFormatError(f"model arrays lack {name!r}")
             value = state[name]

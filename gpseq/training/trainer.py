@@ -44,6 +44,13 @@ log = logging.getLogger("gpseq.training")
 class TrainingConfig:
     """Optimisation settings (saved with the model)."""
 
+    method: str = "auto"  # "laplace" (MAP by L-BFGS + diagonal Laplace + evidence-fitted prior
+    # variances, for the weight-space linear model) | "svi" (the ELBO by Adam) | "auto" (laplace
+    # where the model allows it)
+    max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
+    evidence_rounds: int = 0  # prior-variance updates, each followed by a warm-started refit (laplace)
+    calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
+    refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)
     batch_size: int = 32
     epochs: int = 10
     max_steps: int | None = None
@@ -51,7 +58,7 @@ class TrainingConfig:
     num_samples: int = 1  # Monte Carlo samples of f per sequence in the ELBO
     seed: int = 0
     dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
-    early_stopping: str = "f1"  # "f1" | "nll" | "none"
+    early_stopping: str = "nll"  # "f1" | "nll" | "none"
     patience: int = 3  # evaluations without improvement before stopping
     eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
     checkpoint_every: int = 200
@@ -71,6 +78,10 @@ class TrainingConfig:
             raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.method not in ("auto", "laplace", "svi"):
+            raise ConfigError(f"method must be auto, laplace or svi, got {self.method!r}")
+        if self.max_iterations < 1 or self.evidence_rounds < 0:
+            raise ConfigError("max_iterations must be >= 1 and evidence_rounds >= 0")
         if self.early_stopping not in ("f1", "nll", "none"):
             raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
         if not 0.0 <= self.dev_fraction < 1.0:

@@ -1,0 +1,334 @@
+"""Empirical-Bayes Laplace fit of the weight-space linear-chain GP (the default training).
+
+The tagger's unaries f_j(x) = b_j + w_jᵀx are the GP with the linear kernel in weight space
+(DESIGN "The expressiveness trap") with prior w ~ N(0, σ²_g I) for the weights of feature-template
+group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I). The fit:
+
+1. **MAP** of (b, W, P) by L-BFGS on the full-corpus exact chain log-likelihood plus the Gaussian
+   log prior (CRFsuite's objective with one L2 weight per group), one batched forward–backward
+   per evaluation;
+2. **diagonal Laplace**: q(θ_i) = N(θ̂_i, 1 / (1/σ²_g + F_ii)) with F the Fisher (= Gauss–Newton)
+   diagonal of the chain likelihood, free from its marginals: F[f, v] = Σ_t x_tf² p_t(v)(1 − p_t(v))
+   (exact when a feature fires at most once in a sequence), F_P[i, j] = Σ_t ξ_t(i, j)(1 − ξ_t(i, j));
+3. **evidence maximisation** of every σ²_g (MacKay's fixed point, the Laplace evidence's
+   stationarity condition): γ_g = Σ_{i∈g} (1 − s_i / σ²_g), σ²_g ← Σ_{i∈g} θ̂_i² / γ_g; then back
+   to 1, warm-started, for `evidence_rounds` rounds.
+
+No cross-validation: the prior variances are the evidence's (seed §5.1's promise), and the step
+budget is L-BFGS's convergence, not a number of epochs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from gpseq.errors import NumericalError
+from gpseq.structured.scaled_chain import forward_backward
+from gpseq.training.batching import SequenceData
+
+log = logging.getLogger("gpseq.training")
+
+
+@dataclass
+class LaplaceReport:
+    """What the fit did: prior variance per group, L-BFGS iterations and objective per round."""
+
+    prior_variances: dict[str, float] = field(default_factory=dict)
+    iterations: list[int] = field(default_factory=list)
+    objective_per_token: list[float] = field(default_factory=list)
+    evaluations: int = 0
+    free_weights: int = 0
+
+
+STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
+
+
+def token_batches(lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Sentence ids sorted by length, cut so that each padded batch (B × T_max) has at most
+    `max_tokens` slots (a longer sentence is a batch of its own): memory bounded by tokens."""
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        # lengths are sorted: the padded size of order[start:stop] is (stop - start) * lengths[order[stop-1]]
+        while stop < len(order) and (stop + 1 - start) * lengths[order[stop]] <= max_tokens:
+            stop += 1
+        batches.append(order[start:stop])
+        start = stop
+    return batches
+
+
+class _ChainObjective:
+    """Negative log-likelihood of a corpus under point potentials (b, W, P), its gradient and the
+    Fisher diagonal: unaries by one sparse product X W over all tokens, the chain by scaled
+    forward–backward over length-sorted padded batches, ∂/∂W = Xᵀ (p − y) by one more product."""
+
+    def __init__(self, model, data: SequenceData, max_tokens: int):
+        self.model = model
+        dtype = model.dtype
+        rows = data.rows.tocoo()
+        n_tokens = rows.shape[0]
+        order = np.lexsort((rows.col, rows.row))
+        indices = np.stack([rows.row[order], rows.col[order]], 1).astype(np.int64)
+        self.features = tf.sparse.SparseTensor(indices, tf.constant(rows.data[order], dtype), rows.shape)
+        self.features_squared = tf.sparse.map_values(tf.square, self.features)
+        self.n_tokens = n_tokens
+        self.batches = []
+        for ids in token_batches(data.lengths, max_tokens):
+            lengths = data.lengths[ids].astype(np.int32)
+            T = int(lengths.max())
+            position = np.full((len(ids), T), n_tokens, dtype=np.int32)  # n_tokens = a zero row
+            steps = np.arange(T)[None, :]
+            valid = steps < lengths[:, None]
+            position[valid] = (data.offsets[ids][:, None] + steps)[valid]
+            labels = np.zeros((len(ids), T), dtype=np.int32)
+            labels[valid] = data.label_ids[position[valid]]
+            self.batches.append(tuple(tf.constant(a) for a in (position, labels, lengths)))
+        self._value_and_grad = tf.function(self._corpus_value_and_grad)
+        self._fisher = tf.function(self._corpus_fisher)
+
+    def _per_batch(self, bias, weights, pairwise, with_labels: bool):
+        """Yields (position [B, T], labels, lengths, marginals [B, T, V], Σξ [V, V], log Z [B], unary)."""
+        V = self.model.num_labels
+        unary_flat = tf.sparse.sparse_dense_matmul(self.features, weights) + bias  # [N, V]
+        unary_flat = tf.concat([unary_flat, tf.zeros([1, V], unary_flat.dtype)], 0)
+        for position, labels, lengths in self.batches:
+            unary = tf.gather(unary_flat, position)  # [B, T, V]
+            marg, pair_sum, log_z = forward_backward(unary, pairwise, lengths)
+            yield position, labels, lengths, marg, pair_sum, log_z, unary
+
+    def _corpus_value_and_grad(self, bias, weights, pairwise):
+        V = self.model.num_labels
+        nll = tf.zeros([], tf.float64)
+        g_pair = tf.zeros_like(pairwise)
+        resid_parts, position_parts = [], []
+        for position, labels, lengths, marg, pair_sum, log_z, unary in self._per_batch(bias, weights, pairwise, True):
+            mask = tf.cast(tf.sequence_mask(lengths, tf.shape(labels)[1]), weights.dtype)
+            onehot = tf.one_hot(labels, V, dtype=weights.dtype) * mask[..., None]
+            transitions = tf.einsum("bti,btj->ij", onehot[:, :-1], onehot[:, 1:])
+            score = tf.reduce_sum(unary * onehot) + tf.reduce_sum(transitions * pairwise)
+            nll += tf.reduce_sum(tf.cast(log_z, tf.float64)) - tf.cast(score, tf.float64)
+            g_pair += pair_sum - transitions
+            resid_parts.append(tf.reshape(marg - onehot, [-1, V]))
+            position_parts.append(tf.reshape(position, [-1]))
+        resid = tf.math.unsorted_segment_sum(tf.concat(resid_parts, 0), tf.concat(position_parts, 0),
+                                             self.n_tokens + 1)[:-1]  # [N, V]
+        g_w = tf.sparse.sparse_dense_matmul(self.features, resid, adjoint_a=True)  # [D, V]
+        return nll, tf.reduce_sum(resid, 0), g_w, g_pair
+
+    def _corpus_fisher(self, bias, weights, pairwise):
+        V = self.model.num_labels
+        f_pair = tf.zeros_like(pairwise)
+        parts, position_parts = [], []
+        for position, labels, lengths, marg, pair_sum, log_z, unary in self._per_batch(bias, weights, pairwise, False):
+            parts.append(tf.reshape(marg * (1.0 - marg), [-1, V]))
+            position_parts.append(tf.reshape(position, [-1]))
+            f_pair += pair_sum  # Σ_t ξ_t ≥ Σ_t ξ_t (1 − ξ_t): transitions are seen thousands of times
+        curvature = tf.math.unsorted_segment_sum(tf.concat(parts, 0), tf.concat(position_parts, 0),
+                                                 self.n_tokens + 1)[:-1]
+        f_w = tf.sparse.sparse_dense_matmul(self.features_squared, curvature, adjoint_a=True)
+        return tf.reduce_sum(curvature, 0), f_w, f_pair
+
+    def _arguments(self, b, w, p):
+        dtype = self.model.dtype.as_numpy_dtype
+        return tuple(tf.constant(np.asarray(a, dtype)) for a in (b, w, p))
+
+    def value_and_grad(self, b, w, p):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂W [D, V], ∂/∂P [V, V]) at the given potentials (float64)."""
+        nll, g_b, g_w, g_p = self._value_and_grad(*self._arguments(b, w, p))
+        return float(nll), *(t.numpy().astype(np.float64) for t in (g_b, g_w, g_p))
+
+    def fisher(self, b, w, p):
+        """Fisher diagonals of (b [V], W [D, V], P [V, V]) at the given potentials (float64)."""
+        return tuple(t.numpy().astype(np.float64) for t in self._fisher(*self._arguments(b, w, p)))
+
+
+def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
+    """Flat indices f · V + v `[P]` (sorted) of the (feature, label) pairs that occur in the
+    labelled `data`: the weights the MAP fit estimates (CRFsuite's feature set); every other
+    weight is structurally 0. Column 0 (padding) never occurs."""
+    known = data.label_ids >= 0
+    token_of = np.repeat(np.arange(data.rows.shape[0]), np.diff(data.rows.indptr))
+    keep = known[token_of]
+    flat = data.rows.indices[keep].astype(np.int64) * num_labels + data.label_ids[token_of[keep]]
+    return np.unique(flat)
+
+
+def fit_laplace(
+    model,
+    data: SequenceData,
+    groups: np.ndarray,
+    group_names: list[str],
+    *,
+    prior_variance: float = 1.0,
+    pairwise_prior_variance: float = 1.0,
+    bias_prior_variance: float = 10.0,
+    evidence_rounds: int = 0,
+    max_iterations: int = 100,
+    refit_iterations: int = 40,
+    tolerance: float = 1e-7,
+    max_tokens: int = 16384,
+    callback: Callable[[int, int, float], None] | None = None,
+) -> LaplaceReport:
+    """Fit `model` (a StructuredGP with the weight-space linear part and no inducing points) by
+    MAP + diagonal Laplace (+ `evidence_rounds` evidence updates of the per-group prior
+    variances), in place. Only the (feature, label) pairs seen in `data` are free weights.
+
+    `groups [D]` gives each feature column's template group (index into `group_names`); the
+    label biases and the pairwise potentials are groups of their own. `callback(round, iteration,
+    log_posterior_per_token)` after every L-BFGS iteration.
+    """
+    from scipy.optimize import minimize
+
+    if model.linear is None or model.inducing is not None or model.deep is not None:
+        raise NumericalError("the Laplace fit needs the weight-space linear model (kernel 'linear')")
+    objective = _ChainObjective(model, data, max_tokens)
+    D, V = model.num_features, model.num_labels
+    support = observed_pairs(data, V)  # [P] flat indices into [D, V]
+    pair_group = np.asarray(groups, dtype=np.int64)[support // V]  # [P]
+    n_groups = len(group_names)
+    tokens = max(1, int(data.lengths.sum()))
+    sizes = (V, len(support), V * V)
+    group_var = np.full(n_groups, float(prior_variance))
+    pair_var, bias_var = float(pairwise_prior_variance), float(bias_prior_variance)
+    counts = np.bincount(pair_group, minlength=n_groups)
+    report = LaplaceReport()
+    np_dtype = model.dtype.as_numpy_dtype
+    dense = np.zeros(D * V, dtype=np_dtype)
+
+    def unpack(theta):
+        b = theta[: sizes[0]]
+        w = theta[sizes[0] : sizes[0] + sizes[1]]
+        p = theta[sizes[0] + sizes[1] :].reshape(V, V)
+        return b, w, p
+
+    def dense_weights(w):
+        dense[support] = w
+        return dense.reshape(D, V)
+
+    theta = np.concatenate([
+        model.label_bias.numpy().ravel(), model.linear.q_mu.numpy().ravel()[support],
+        model.pairwise_mean.numpy().ravel(),
+    ]).astype(np.float64)
+
+    for round_ in range(evidence_rounds + 1):
+        precision_w = (1.0 / group_var)[pair_group]  # [P]
+
+        def fun(theta):
+            b, w, p = unpack(theta)
+            nll, g_b, g_w, g_p = objective.value_and_grad(b, dense_weights(w), p)
+            prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
+            grad = np.concatenate([g_b + b / bias_var, g_w.ravel()[support] + precision_w * w,
+                                   (g_p + p / pair_var).ravel()])
+            report.evaluations += 1
+            last[0] = (nll + prior) / tokens
+            return nll + prior, grad
+
+        iteration, last = [0], [float("nan")]
+
+        def step_done(theta_k):
+            iteration[0] += 1
+            if callback is not None:
+                callback(round_, iteration[0], -last[0])
+
+        budget = max_iterations if round_ == 0 else refit_iterations
+        result = minimize(fun, theta, jac=True, method="L-BFGS-B", callback=step_done,
+                          options={"maxiter": budget, "ftol": tolerance, "gtol": 1e-6, "maxcor": 6})
+        if not np.all(np.isfinite(result.x)):
+            raise NumericalError("the MAP fit diverged (non-finite weights)")
+        theta = result.x
+        report.iterations.append(int(result.nit))
+        report.objective_per_token.append(float(result.fun) / tokens)
+        b, w, p = unpack(theta)
+        f_b, f_w, f_p = objective.fisher(b, dense_weights(w), p)
+        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w.ravel()[support])  # [P]
+        s_b = 1.0 / (1.0 / bias_var + f_b)
+        s_p = 1.0 / (1.0 / pair_var + f_p)
+        if round_ == evidence_rounds:
+            break
+        # MacKay's fixed point: γ_g = Σ_{i∈g} (1 − s_i/σ²_g) well-determined weights, σ²_g = Σ θ_i² / γ_g
+        gamma = np.bincount(pair_group, weights=1.0 - s_w * precision_w, minlength=n_groups)
+        squares = np.bincount(pair_group, weights=w**2, minlength=n_groups)
+        valid = (counts > 0) & (gamma > 1e-8)
+        group_var = np.clip(np.where(valid, squares / np.maximum(gamma, 1e-8), group_var), 1e-4, 1e4)
+        pair_var = float(np.clip(np.sum(p**2) / max(np.sum(1.0 - s_p / pair_var), 1e-8), 1e-4, 1e4))
+        bias_var = float(np.clip(np.sum(b**2) / max(np.sum(1.0 - s_b / bias_var), 1e-8), 1e-2, 1e4))
+    model.label_bias.assign(b.astype(np_dtype))
+    model.linear.q_mu.assign(dense_weights(w))
+    model.pairwise_mean.assign(p.astype(np_dtype))
+    variance = np.full(D * V, STRUCTURAL_ZERO_VARIANCE, dtype=np_dtype)
+    variance[support] = s_w
+    model.linear.q_variance.assign(variance.reshape(D, V))
+    model.pairwise_variance.assign(s_p.astype(np_dtype))
+    report.prior_variances = {name: float(v) for name, v, c in zip(group_names, group_var, counts) if c > 0}
+    report.prior_variances["<pairwise>"] = pair_var
+    report.prior_variances["<bias>"] = bias_var
+    report.free_weights = int(len(support))
+    return report
+
+
+def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
+    """The sentences of `first` then those of `second` (both labelled)."""
+    import scipy.sparse as sp
+
+    offsets = np.concatenate([first.offsets, first.offsets[-1] + second.offsets[1:]])
+    return SequenceData(sp.vstack([first.rows, second.rows], format="csr"), offsets,
+                        np.concatenate([first.label_ids, second.label_ids]))
+
+
+def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None, dtype,
+                  callbacks=None):
+    """The default training of a `TaggerConfig`: build the weight-space model, fit it by
+    `fit_laplace`, calibrate its predictive on `dev_data`; returns (model, scores)."""
+    from gpseq.structured.model import StructuredGP
+    from gpseq.training.calibration import fit_calibration
+    from gpseq.training.trainer import Progress
+
+    tcfg, mcfg = config.training, config.model
+    tf.random.set_seed(tcfg.seed)
+    model = StructuredGP(mcfg, featurizer.n_features, num_labels, None, dtype=dtype)
+    groups, names = featurizer.column_groups()
+    budget = tcfg.max_steps or tcfg.max_iterations
+    refit = max(1, budget // 3)
+    total = budget + tcfg.evidence_rounds * refit
+    start = time.perf_counter()
+    done = [0]
+
+    def progress(round_, iteration, objective):
+        done[0] += 1
+        for callback in callbacks or []:
+            callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
+
+    report = fit_laplace(model, data, groups, names, prior_variance=mcfg.prior_variance,
+                         pairwise_prior_variance=mcfg.pairwise_prior_variance,
+                         evidence_rounds=tcfg.evidence_rounds, max_iterations=budget, refit_iterations=refit,
+                         callback=progress)
+    scores = {"method": "laplace", "steps": done[0], "lbfgs_iterations": report.iterations,
+              "objective_per_token": report.objective_per_token, "prior_variances": report.prior_variances}
+    if dev_data is not None and len(dev_data):
+        if tcfg.calibrate:
+            scores["calibration"] = fit_calibration(model, dev_data)
+        if tcfg.refit_with_dev:
+            # the held-out split has served (calibration); the final weights see it too, warm-started
+            known = np.flatnonzero(np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0)
+            combined = concatenate(data, dev_data.subset(known))
+            total += refit
+            refit_report = fit_laplace(model, combined, groups, names, prior_variance=mcfg.prior_variance,
+                                       pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=0,
+                                       max_iterations=refit, callback=progress)
+            report.iterations += refit_report.iterations
+            report.objective_per_token += refit_report.objective_per_token
+            scores["lbfgs_iterations"] = report.iterations
+            scores["refit_sentences"] = len(combined)
+    scores["steps"] = done[0]
+    for callback in callbacks or []:
+        callback(Progress(done[0], total, tcfg.evidence_rounds, -report.objective_per_token[-1], event="done",
+                          dev_score=scores.get("calibration", {}).get("dev_token_nll"),
+                          elapsed_s=time.perf_counter() - start))
+    return model, scores
