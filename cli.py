@@ -270,6 +270,8 @@ def _build_config(config_file, features, likelihood, inducing, epochs, max_steps
                 f"(no {section}.{key}; the distributed trainer is not installed)"
             )
         data[section][key] = value
+    if inducing is not None and data["model"]["kernel"] == "linear":
+        data["model"]["kernel"] = "linear+rbf"  # inducing inputs ask for the sparse RBF part (SVI)
     if tag_scheme is not None:
         data["tag_scheme"] = tag_scheme
     for assignment in overrides or []:
@@ -429,7 +431,7 @@ def train(
     config: Annotated[Optional[Path], typer.Option("--config", help="TaggerConfig JSON (keys features, model, training, tag_scheme, …), e.g. a model's tagger.json 'config'.")] = None,
     features: Annotated[Optional[str], typer.Option(help="Feature preset (chunking, ner, pos, segmentation) or a CRF++ template file.")] = None,
     likelihood: Annotated[Optional[str], typer.Option(help="exact (linear chain) or pseudo (piecewise pseudo-likelihood).")] = None,
-    inducing: Annotated[Optional[int], typer.Option(help="Number of inducing inputs M.")] = None,
+    inducing: Annotated[Optional[int], typer.Option(help="Add the sparse RBF GP with M inducing inputs (kernel linear+rbf, trained by SVI).")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Passes over the training corpus.")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (caps --epochs).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (batch order, Monte Carlo noise, K-means).")] = None,
@@ -482,20 +484,26 @@ def train(
     rows = [
         ("labels", f"{len(tagger.labels)}: {' '.join(tagger.labels[:12])}{' …' if len(tagger.labels) > 12 else ''}"),
         ("features", f"{tagger.featurizer.n_features:,} ({tagger_config.features.preset})"),
-        ("model", f"{tagger_config.model.kernel}, {tagger_config.model.likelihood} likelihood, "
-                  f"M = {tagger_config.model.num_inducing}"),
+        ("model", f"{tagger_config.model.kernel}, {tagger_config.model.likelihood} likelihood"
+                  + (f", M = {tagger_config.model.num_inducing}" if tagger_config.model.has_inducing else "")
+                  + f", trained by {scores.get('method', 'svi')}"),
         ("train / dev sentences", f"{scores.get('train_sentences', len(sentences))} / {scores.get('dev_sentences', 0)}"),
         ("steps", f"{scores.get('steps')}" + (" (stopped early)" if scores.get("stopped_early") else "")),
         ("time", f"{elapsed:.1f} s"),
     ]
-    if bar.last is not None:
+    calibration = scores.get("calibration")
+    if calibration:
+        rows.append(("calibration (dev)", f"T = {calibration['temperature']:.3f}, variance scale "
+                     f"{calibration['variance_scale']:.3g}; dev token NLL {calibration['dev_token_nll']:.4f}"))
+    if bar.last is not None and scores.get("method") != "laplace":
         rows.append(("last ELBO / token", f"{bar.last.elbo_per_token:.4f}"))
     if scores.get("best_dev_score") is not None:
         rows.append((f"best dev score ({tagger_config.training.early_stopping})",
                      f"{scores['best_dev_score']:.4f} at step {scores.get('best_step')}"))
     if scores.get("skipped_steps"):
         rows.append(("skipped steps (non-finite)", str(scores["skipped_steps"])))
-    rows.append(("checkpoints", str(checkpoints)))
+    if scores.get("method") != "laplace":  # the L-BFGS fit takes no checkpoints
+        rows.append(("checkpoints", str(checkpoints)))
     for name, value in rows:
         table.add_row(name, value)
     _stdout().print(table)

@@ -37,10 +37,11 @@ from gpseq.corpora._atomic import apply_umask, stale_temp_siblings
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError, OutputError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
 from gpseq.structured.model import ModelConfig
-from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
+from gpseq.training.batching import SequenceData, batch_signature, make_batch, token_batches
 from gpseq.training.trainer import Progress, Trainer, TrainingConfig
 
 FORMAT_VERSION = 1
+PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
 log = logging.getLogger("gpseq")
 
 
@@ -320,7 +321,8 @@ class Tagger:
         samples = samples or self.config.predict_samples
         fn = self._compiled(mean)
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
-        for number, ids in enumerate(bucketed_batches(data.lengths, batch_size, None)):
+        # at most `batch_size` sentences and PREDICT_TOKENS padded tokens a batch (S× that under MC)
+        for number, ids in enumerate(token_batches(data.lengths, PREDICT_TOKENS, batch_size)):
             batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=dtype).items()}
             if mean:
                 marg, path, logp = fn(batch)
@@ -411,7 +413,7 @@ class Tagger:
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
         samples = tf.constant(samples or self.config.predict_samples, tf.int32)
         fn = self._compiled_gold()
-        for number, ids in enumerate(bucketed_batches(data.lengths, batch_size, None)):
+        for number, ids in enumerate(token_batches(data.lengths, PREDICT_TOKENS, batch_size)):
             raw = make_batch(data, ids, dtype=dtype)
             unseen = (raw["labels"] < 0).any(axis=1)
             raw["labels"] = np.maximum(raw["labels"], 0)

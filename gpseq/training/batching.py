@@ -123,6 +123,24 @@ def bucketed_batches(
     return batches
 
 
+def token_batches(lengths: np.ndarray, max_tokens: int, max_sentences: int | None = None) -> list[np.ndarray]:
+    """Sentence ids sorted by length, cut so that each padded batch (B × T_max) has at most
+    `max_tokens` slots and at most `max_sentences` sentences (a longer sentence is a batch of its
+    own): memory bounded by tokens, not by the number of sentences."""
+    lengths = np.asarray(lengths)
+    order = np.argsort(lengths, kind="stable")
+    cap = max_sentences or len(order)
+    batches, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        # sorted lengths: the padded size of order[start:stop + 1] is (stop + 1 - start) * lengths[order[stop]]
+        while stop < len(order) and stop - start < cap and (stop + 1 - start) * lengths[order[stop]] <= max_tokens:
+            stop += 1
+        batches.append(order[start:stop])
+        start = stop
+    return batches
+
+
 def batch_signature(dtype) -> dict:
     """`tf.TensorSpec`s of a batch with unknown sizes, so a compiled step traces once."""
     import tensorflow as tf

@@ -15,8 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.structured import chain
-from gpseq.training.batching import SequenceData, make_batch
-from gpseq.training.laplace import token_batches
+from gpseq.training.batching import SequenceData, make_batch, token_batches
 
 
 def fit_calibration(model, data: SequenceData, *, max_tokens: int = 16384, bounds=((-12.0, 3.0), (-2.0, 2.0)),

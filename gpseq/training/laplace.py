@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from gpseq.errors import NumericalError
 from gpseq.structured.scaled_chain import forward_backward
-from gpseq.training.batching import SequenceData
+from gpseq.training.batching import SequenceData, token_batches
 
 log = logging.getLogger("gpseq.training")
 
@@ -47,21 +47,6 @@ class LaplaceReport:
 
 
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
-
-
-def token_batches(lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Sentence ids sorted by length, cut so that each padded batch (B × T_max) has at most
-    `max_tokens` slots (a longer sentence is a batch of its own): memory bounded by tokens."""
-    order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        stop = start + 1
-        # lengths are sorted: the padded size of order[start:stop] is (stop - start) * lengths[order[stop-1]]
-        while stop < len(order) and (stop + 1 - start) * lengths[order[stop]] <= max_tokens:
-            stop += 1
-        batches.append(order[start:stop])
-        start = stop
-    return batches
 
 
 class _ChainObjective:
@@ -90,8 +75,18 @@ class _ChainObjective:
             labels = np.zeros((len(ids), T), dtype=np.int32)
             labels[valid] = data.label_ids[position[valid]]
             self.batches.append(tuple(tf.constant(a) for a in (position, labels, lengths)))
-        self._value_and_grad = tf.function(self._corpus_value_and_grad)
-        self._fisher = tf.function(self._corpus_fisher)
+        self.support = tf.constant(observed_pairs(data, model.num_labels))  # [P] flat ids into [D, V]
+
+        def value_and_grad_support(b, w_support, p):
+            nll, g_b, g_w, g_p = self._corpus_value_and_grad(b, self._dense(w_support), p)
+            return nll, g_b, self._on_support(g_w), g_p
+
+        def fisher_support(b, w_support, p):
+            f_b, f_w, f_p = self._corpus_fisher(b, self._dense(w_support), p)
+            return f_b, self._on_support(f_w), f_p
+
+        self._value_and_grad_support = tf.function(value_and_grad_support)
+        self._fisher_support = tf.function(fisher_support)
 
     def _per_batch(self, bias, weights, pairwise, with_labels: bool):
         """Yields (position [B, T], labels, lengths, marginals [B, T, V], Σξ [V, V], log Z [B], unary)."""
@@ -135,18 +130,26 @@ class _ChainObjective:
         f_w = tf.sparse.sparse_dense_matmul(self.features_squared, curvature, adjoint_a=True)
         return tf.reduce_sum(curvature, 0), f_w, f_pair
 
-    def _arguments(self, b, w, p):
-        dtype = self.model.dtype.as_numpy_dtype
-        return tuple(tf.constant(np.asarray(a, dtype)) for a in (b, w, p))
+    def _dense(self, w_support):
+        """The weights `[D, V]` from their values on the support (0 elsewhere), in the graph."""
+        D, V = self.model.num_features, self.model.num_labels
+        return tf.reshape(tf.scatter_nd(self.support[:, None], w_support, [D * V]), [D, V])
 
-    def value_and_grad(self, b, w, p):
-        """(−log-likelihood, ∂/∂b [V], ∂/∂W [D, V], ∂/∂P [V, V]) at the given potentials (float64)."""
-        nll, g_b, g_w, g_p = self._value_and_grad(*self._arguments(b, w, p))
+    def _on_support(self, matrix):
+        return tf.gather(tf.reshape(matrix, [-1]), self.support)
+
+    def _arguments(self, b, w_support, p):
+        dtype = self.model.dtype.as_numpy_dtype
+        return tuple(tf.constant(np.asarray(a, dtype)) for a in (b, w_support, p))
+
+    def value_and_grad(self, b, w_support, p):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]) at the given potentials."""
+        nll, g_b, g_w, g_p = self._value_and_grad_support(*self._arguments(b, w_support, p))
         return float(nll), *(t.numpy().astype(np.float64) for t in (g_b, g_w, g_p))
 
-    def fisher(self, b, w, p):
-        """Fisher diagonals of (b [V], W [D, V], P [V, V]) at the given potentials (float64)."""
-        return tuple(t.numpy().astype(np.float64) for t in self._fisher(*self._arguments(b, w, p)))
+    def fisher(self, b, w_support, p):
+        """Fisher diagonals of (b [V], w on the support [P], P [V, V]) at the given potentials."""
+        return tuple(t.numpy().astype(np.float64) for t in self._fisher_support(*self._arguments(b, w_support, p)))
 
 
 def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
@@ -190,7 +193,7 @@ def fit_laplace(
         raise NumericalError("the Laplace fit needs the weight-space linear model (kernel 'linear')")
     objective = _ChainObjective(model, data, max_tokens)
     D, V = model.num_features, model.num_labels
-    support = observed_pairs(data, V)  # [P] flat indices into [D, V]
+    support = objective.support.numpy()  # [P] flat indices into [D, V]
     pair_group = np.asarray(groups, dtype=np.int64)[support // V]  # [P]
     n_groups = len(group_names)
     tokens = max(1, int(data.lengths.sum()))
@@ -222,9 +225,9 @@ def fit_laplace(
 
         def fun(theta):
             b, w, p = unpack(theta)
-            nll, g_b, g_w, g_p = objective.value_and_grad(b, dense_weights(w), p)
+            nll, g_b, g_w, g_p = objective.value_and_grad(b, w, p)
             prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
-            grad = np.concatenate([g_b + b / bias_var, g_w.ravel()[support] + precision_w * w,
+            grad = np.concatenate([g_b + b / bias_var, g_w + precision_w * w,
                                    (g_p + p / pair_var).ravel()])
             report.evaluations += 1
             last[0] = (nll + prior) / tokens
@@ -246,8 +249,8 @@ def fit_laplace(
         report.iterations.append(int(result.nit))
         report.objective_per_token.append(float(result.fun) / tokens)
         b, w, p = unpack(theta)
-        f_b, f_w, f_p = objective.fisher(b, dense_weights(w), p)
-        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w.ravel()[support])  # [P]
+        f_b, f_w, f_p = objective.fisher(b, w, p)
+        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w)  # [P]
         s_b = 1.0 / (1.0 / bias_var + f_b)
         s_p = 1.0 / (1.0 / pair_var + f_p)
         if round_ == evidence_rounds:
