@@ -749,12 +749,13 @@ def tag(
     input_format: Annotated[str, typer.Option(help="text (spaCy tokenisation + sentencizer), conll (token column, blank line between sentences) or auto (conll for .conll/.iob/.data/.tsv…, text otherwise).")] = "auto",
     format_: Annotated[str, typer.Option("--format", help="Output: conll, jsonl or spacy (DocBin; needs -o).")] = "conll",
     full_distribution: Annotated[bool, typer.Option("--full-distribution", help="conll/spacy: add every label's probability per token.")] = False,
-    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo samples of f for the marginals (default: the model's predict_samples).")] = None,
-    mean: Annotated[bool, typer.Option("--mean", help="Fast mode: marginals of the posterior-mean potentials (no sampling).")] = False,
+    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive, deterministic unless it says mc).")] = None,
+    mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals (probit-scaled potentials, one forward-backward), whatever the model's default.")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences read, tagged and written at a time (bounds memory).")] = 256,
     token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
     encoding: Annotated[str, typer.Option(help="Encoding of the input files.")] = "utf-8",
+    text_max_tokens: Annotated[int, typer.Option(help="text input: split a sentence longer than this many tokens (e.g. text without sentence punctuation) into pieces of at most this many, at whitespace.")] = TEXT_MAX_TOKENS,
     verbose: Verbose = False,
 ) -> None:
     """Tag raw text or CoNLL files: labels with per-token probabilities."""
@@ -790,8 +791,9 @@ def tag(
             else:
                 stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
             writer = (_ConllWriter if format_ == "conll" else _JsonlWriter)(stream, full_distribution)
-        for batch in _batches(_iter_inputs(files, input_format, token_column, encoding, lang), batch_size):
-            results = tagger.tag([item.sentence for item in batch], samples=samples, mean=mean,
+        for batch in _batches(_iter_inputs(files, input_format, token_column, encoding, lang,
+                                             text_max_tokens), batch_size):
+            results = tagger.tag([item.sentence for item in batch], samples=samples, mean=mean or None,
                                  batch_size=batch_size)
             for item, result in zip(batch, results):
                 writer.write(item, result, scheme)
@@ -857,8 +859,8 @@ def evaluate(
     corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style corpus.", show_default=False)],
     json_: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option(help="Write the reliability diagram to this PNG.")] = None,
-    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo samples for the marginals (default: the model's).")] = None,
-    mean: Annotated[bool, typer.Option("--mean", help="Posterior-mean potentials instead of Monte Carlo marginals.")] = False,
+    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive).")] = None,
+    mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals, whatever the model's default.")] = False,
     bins: Annotated[int, typer.Option(help="Equal-width confidence bins for ECE and the reliability diagram.")] = 15,
     token_column: Annotated[int, typer.Option(help="Token column of the corpus.")] = 0,
     label_column: Annotated[int, typer.Option(help="Label column of the corpus (default: the last).")] = -1,
@@ -868,7 +870,7 @@ def evaluate(
     """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier; reliability diagram."""
     sentences = _read_corpus(corpus, token_column, label_column, encoding)
     tagger = _load_tagger(model_dir)
-    report = tagger.evaluate(sentences, samples=samples, mean=mean, n_bins=bins)
+    report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins)
     if plot is not None:
         _plot_reliability(report, plot, bins)
     metrics = report.to_dict()

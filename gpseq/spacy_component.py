@@ -14,7 +14,7 @@ works without importing gpseq first. What the component writes depends on the mo
 - other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
   tag or a Penn Treebank tag (mapped by `UPOS_FROM_PTB`).
 Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
-calibrated marginals (Monte Carlo over q(f), or the posterior mean with `mean=True`); every
+calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
 predicted span gets `span._.<span_extension>` = Π_t p(y_t = label_t | X) over its tokens, the
 same documented approximation as `gpseq tag` (it ignores the correlation of neighbouring
 labels). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
@@ -238,7 +238,7 @@ class GpseqComponent:
             matrix = tagger.featurizer.transform_docs(sequences)
             decode = self.decode or tagger.config.decode
             for ids, marginals, paths, _ in tagger.predict_features(
-                matrix, samples=self.samples, mean=self.mean, batch_size=self.batch_size, seed=self.seed
+                matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed
             ):
                 for row, index in enumerate(ids):
                     tokens = sequences[index]
