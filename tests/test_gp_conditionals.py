@@ -11,7 +11,7 @@ from gpseq.features.padded import PaddedRows, padded_from_csr
 from gpseq.gp.conditionals import conditional_blocks, conditional_marginals, mixture_blocks
 from gpseq.gp.kernels import RBF
 
-gpflow = pytest.importorskip("gpflow")
+# The GPflow comparison takes conftest's `gpflow` fixture (it skips cleanly without GPflow).
 
 
 def _q(rng, M, P, full):
@@ -25,7 +25,7 @@ def _q(rng, M, P, full):
 
 @pytest.mark.parametrize("full", [True, False])
 @pytest.mark.parametrize("whiten", [True, False])
-def test_marginals_match_gpflow(full, whiten):
+def test_marginals_match_gpflow(gpflow, full, whiten):
     rng = np.random.default_rng(0)
     X, Z = rng.normal(size=(8, 2)), rng.normal(size=(5, 2))
     k_ours, k_gpf = RBF(1.3, 0.9), gpflow.kernels.SquaredExponential(variance=1.3, lengthscales=0.9)

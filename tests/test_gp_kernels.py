@@ -12,7 +12,7 @@ from gpseq.features.padded import PaddedRows, padded_from_csr
 from gpseq.gp.kernels import RBF, Linear, Matern32, Matern52, Product, Sum, sparse_gram_blocks
 from gpseq.gp.linalg import safe_cholesky
 
-gpflow = pytest.importorskip("gpflow")
+# The GPflow comparisons take conftest's `gpflow` fixture (they skip cleanly without GPflow).
 
 
 def _random_csr(rng, n, d, density=0.3):
@@ -21,7 +21,7 @@ def _random_csr(rng, n, d, density=0.3):
     return sp.csr_matrix(m)
 
 
-def _kernel_pairs():
+def _kernel_pairs(gpflow):
     ls = np.array([0.7, 1.3, 2.0])
     return [
         (Linear(0.8), gpflow.kernels.Linear(variance=0.8)),
@@ -33,8 +33,8 @@ def _kernel_pairs():
 
 
 @pytest.mark.parametrize("index", range(5))
-def test_dense_kernels_match_gpflow(index):
-    ours, theirs = _kernel_pairs()[index]
+def test_dense_kernels_match_gpflow(gpflow, index):
+    ours, theirs = _kernel_pairs(gpflow)[index]
     rng = np.random.default_rng(index)
     X, Z = rng.normal(size=(7, 3)), rng.normal(size=(4, 3))
     np.testing.assert_allclose(ours.K(X, Z), theirs.K(X, Z), rtol=1e-10, atol=1e-12)
@@ -42,7 +42,7 @@ def test_dense_kernels_match_gpflow(index):
     np.testing.assert_allclose(ours.K_diag(X), theirs.K_diag(X), rtol=1e-10, atol=1e-12)
 
 
-def test_sum_and_product_match_gpflow():
+def test_sum_and_product_match_gpflow(gpflow):
     rng = np.random.default_rng(1)
     X, Z = rng.normal(size=(6, 2)), rng.normal(size=(3, 2))
     ours = Sum([Linear(0.5), Product([RBF(1.5, 0.8), Matern32(0.7, 1.9)])])

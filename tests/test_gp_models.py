@@ -15,7 +15,8 @@ from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
 from gpseq.gp.models import FITC, SGPR, SVGP
 from gpseq.gp.natgrad import natgrad_step
 
-gpflow = pytest.importorskip("gpflow")
+# The GPflow comparisons take conftest's `gpflow` fixture (they skip cleanly without GPflow; the
+# other tests here run on every environment).
 
 
 def _data(seed=0, N=40, classification=False):
@@ -39,21 +40,24 @@ def _random_q(model, seed):
         q.q_sqrt.assign(tf.constant(rng.uniform(0.2, 0.9, size=(K, M, P))))
 
 
-class _ExactProbit(gpflow.likelihoods.Bernoulli):
-    """GPflow's Bernoulli (its quadrature) with an unsquashed probit and a log Φ that does not underflow."""
+def _exact_probit(gpflow):
+    class _ExactProbit(gpflow.likelihoods.Bernoulli):
+        """GPflow's Bernoulli (its quadrature) with an unsquashed probit and a log Φ that does not underflow."""
 
-    def _scalar_log_prob(self, X, F, Y):
-        return tfp.distributions.Normal(tf.zeros([], F.dtype), 1.0).log_cdf((2.0 * Y - 1.0) * F)
+        def _scalar_log_prob(self, X, F, Y):
+            return tfp.distributions.Normal(tf.zeros([], F.dtype), 1.0).log_cdf((2.0 * Y - 1.0) * F)
+
+    return _ExactProbit
 
 
-def _gpflow_svgp(model, ours_lik, num_data):
+def _gpflow_svgp(gpflow, model, ours_lik, num_data):
     q_sqrt = tf.convert_to_tensor(model.q.q_sqrt).numpy()[0]
     if ours_lik.__class__ is Gaussian:
         lik = gpflow.likelihoods.Gaussian(variance=float(tf.convert_to_tensor(ours_lik.variance)))
     elif ours_lik.link == "logit":
         lik = gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)
     else:  # exact probit (GPflow's default probit squashes Φ by 1e-3 for stability)
-        lik = _ExactProbit(invlink=lambda f: 0.5 * (1.0 + tf.math.erf(f / np.sqrt(2.0))))
+        lik = _exact_probit(gpflow)(invlink=lambda f: 0.5 * (1.0 + tf.math.erf(f / np.sqrt(2.0))))
     return gpflow.models.SVGP(
         gpflow.kernels.SquaredExponential(variance=1.4, lengthscales=[0.8, 1.7]), lik,
         model.inducing_inputs.numpy(), num_latent_gps=model.q.num_latent, q_diag=not model.q.full_cov,
@@ -64,13 +68,13 @@ def _gpflow_svgp(model, ours_lik, num_data):
 @pytest.mark.parametrize("likelihood", ["gaussian", "logit", "probit"])
 @pytest.mark.parametrize("whiten", [True, False])
 @pytest.mark.parametrize("full_cov", [True, False])
-def test_svgp_elbo_and_predictions_equal_gpflow(likelihood, whiten, full_cov):
+def test_svgp_elbo_and_predictions_equal_gpflow(gpflow, likelihood, whiten, full_cov):
     X, Y = _data(1, classification=likelihood != "gaussian")
     Z = X[::5].copy()
     lik = Gaussian(0.3) if likelihood == "gaussian" else Bernoulli(likelihood)
     model = SVGP(RBF(1.4, [0.8, 1.7], ard=True), lik, Z, num_data=100, whiten=whiten, full_cov=full_cov)
     _random_q(model, 2)
-    theirs = _gpflow_svgp(model, lik, 100)
+    theirs = _gpflow_svgp(gpflow, model, lik, 100)
     batch = (X[:25], Y[:25])  # a minibatch: likelihood term scaled by 100 / 25
     np.testing.assert_allclose(model.elbo(batch), theirs.elbo(batch), rtol=1e-7)
     X_test = np.random.default_rng(3).uniform(-3, 3, size=(7, 2))
@@ -85,7 +89,7 @@ def test_svgp_elbo_and_predictions_equal_gpflow(likelihood, whiten, full_cov):
                                rtol=1e-6 if likelihood == "probit" else 1e-7)
 
 
-def test_sgpr_and_fitc_equal_gpflow():
+def test_sgpr_and_fitc_equal_gpflow(gpflow):
     X, Y = _data(4, N=50)
     Z = X[::6].copy()
     ours = SGPR(RBF(1.2, 0.9), (X, Y), Z, noise_variance=0.15)

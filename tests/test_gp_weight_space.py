@@ -84,10 +84,9 @@ def test_marginals_blocks_and_joint_samples_match_dense(rank):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_equals_inducing_gp_with_linear_kernel_at_all_training_rows(rank):
+def test_equals_inducing_gp_with_linear_kernel_at_all_training_rows(gpflow, rank):
     """u = X w with X square and invertible: the inducing-point GP with Z = X and q(u) = the image
     of q(w) is the same posterior, so GPflow's SVGP gives the same predictions and ELBO."""
-    gpflow = pytest.importorskip("gpflow")
     rng = np.random.default_rng(11)
     N, P, sigma2, noise = 5, 2, 0.8, 0.3
     X = rng.normal(size=(N, N))  # real features are columns 1..N (column 0 is padding)
