@@ -36,7 +36,8 @@ EXIT_CODES = """[b]Exit codes[/b]
   0    success
   1    other gpseq error
   2    usage error; input file missing or malformed (names file:line);
-       output not writable, an input, or a directory gpseq did not write
+       output not writable, an input, a directory gpseq did not write,
+       or one another gpseq train is writing (MODEL_DIR.lock)
   3    model directory without tagger.json, corrupt, or newer format
   4    invalid configuration (unknown preset, config key or value; a
        --resume checkpoint of another configuration)
@@ -353,6 +354,64 @@ def _check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path
 
 
 @contextlib.contextmanager
+def _train_lock(output: Path):
+    """Hold `OUTPUT.lock` (beside the model directory) for the whole training: a second training
+    writing the same -o fails at start (OutputError naming the directory and the holder's PID).
+
+    The lock is an flock on the file, which the kernel releases when its holder dies, so a lock
+    left by a killed training is stale by construction and simply taken over; the file holds the
+    holder's PID for the message and is removed at the end. (Without fcntl, i.e. not on a POSIX
+    system, there is no lock.)"""
+    try:
+        import fcntl
+    except ImportError:
+        yield None
+        return
+
+    absolute = Path(os.path.abspath(output))
+    lock = absolute.with_name(absolute.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)  # as the save would (checked writable before)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise OutputError(output, f"another gpseq train (PID {holder}) is writing this model directory "
+                                      f"(lock {lock}); wait for it to finish or choose another -o") from None
+        try:  # the holder we waited for may have removed the file: lock the one at `lock`
+            current = os.stat(lock)
+            opened = os.fstat(fd)
+            same = (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # while still holding it: a waiting opener then sees another inode and retries
+        os.close(fd)
+
+
+def _warn_dev_only_labels(sentences, dev_sentences, dev: Path) -> None:
+    """One stderr line naming the labels of --dev that the training corpus never has."""
+    seen = {label for sentence in sentences for label in (sentence.labels or ())}
+    unseen = sorted({label for sentence in dev_sentences for label in (sentence.labels or ())} - seen)
+    if unseen:
+        shown = " ".join(unseen[:20]) + (f" … ({len(unseen)} in all)" if len(unseen) > 20 else "")
+        typer.echo(f"warning: {dev}: label(s) not in the training corpus, which the model cannot predict "
+                   f"(they count as errors on dev): {shown}", err=True)
+
+
+@contextlib.contextmanager
 def _output_file(output: Path):
     """The path to write `output` through: a temporary sibling renamed onto `output` at the end
     (an existing file keeps its permissions; a failure leaves it untouched). A device or FIFO
@@ -454,28 +513,34 @@ def train(
             _require_file(path)
     checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")
     _check_train_outputs(output, checkpoints)
-    if tag_scheme is not None:
-        from gpseq.corpora import normalise_scheme
-
-        tag_scheme = normalise_scheme(tag_scheme)
-    tagger_config = _build_config(config, features, likelihood, inducing, epochs, max_steps, seed, tag_scheme,
-                                  devices, strategy, set_)
-    sentences = _read_corpus(train_corpus, token_column, label_column, encoding)
-    dev_sentences = _read_corpus(dev, token_column, label_column, encoding) if dev is not None else None
-
-    Tagger = _tagger_module().Tagger
-    err = _stderr()
-    started = time.perf_counter()
-    with _TrainProgress(err) as bar:
-        tagger = Tagger.train(sentences, tagger_config, dev=dev_sentences, callbacks=[bar],
-                              checkpoint_dir=checkpoints, resume=resume)
-    elapsed = time.perf_counter() - started
     from gpseq.gp.trainer import is_chief_process
 
-    if not is_chief_process():  # multiworker: only the chief writes the model (others hold the same one)
-        err.print(f"worker done in {elapsed:.0f} s; the chief saves the model")
-        return
-    tagger.save(output)  # checks `output` again: files put there during training are never replaced
+    chief = is_chief_process()  # multiworker: only the chief writes the model (and holds the lock)
+    with _train_lock(output) if chief else contextlib.nullcontext():
+        if chief:  # again, now that no other training can be writing it
+            _check_train_outputs(output, checkpoints)
+        if tag_scheme is not None:
+            from gpseq.corpora import normalise_scheme
+
+            tag_scheme = normalise_scheme(tag_scheme)
+        tagger_config = _build_config(config, features, likelihood, inducing, epochs, max_steps, seed, tag_scheme,
+                                      devices, strategy, set_)
+        sentences = _read_corpus(train_corpus, token_column, label_column, encoding)
+        dev_sentences = _read_corpus(dev, token_column, label_column, encoding) if dev is not None else None
+        if dev_sentences is not None:
+            _warn_dev_only_labels(sentences, dev_sentences, dev)
+
+        Tagger = _tagger_module().Tagger
+        err = _stderr()
+        started = time.perf_counter()
+        with _TrainProgress(err) as bar:
+            tagger = Tagger.train(sentences, tagger_config, dev=dev_sentences, callbacks=[bar],
+                                  checkpoint_dir=checkpoints, resume=resume)
+        elapsed = time.perf_counter() - started
+        if not chief:
+            err.print(f"worker done in {elapsed:.0f} s; the chief saves the model")
+            return
+        tagger.save(output)  # checks `output` again: files put there during training are never replaced
 
     scores = tagger.scores
     table = Table(title=f"gpseq model saved to {output}", show_header=False)
@@ -548,14 +613,57 @@ class _Item:
     spaces: list[bool] | None
 
 
-def _iter_text(source, name: str, encoding: str, nlp, max_block_chars: int = 100_000) -> Iterator[_Item]:
-    """Sentences of raw text: blocks of non-blank lines (at most ~max_block_chars), spaCy tokens and sentencizer."""
+# Raw text is cut so that neither spaCy nor the tagger ever sees an unbounded input: spaCy gets at most
+# TEXT_MAX_CHARS characters per call (its own limit, nlp.max_length, is 1,000,000), lines longer than that
+# are cut at whitespace; a sentence of more than --text-max-tokens tokens (raw text without sentence
+# punctuation) is split into pieces of at most that many tokens, at whitespace between tokens.
+TEXT_MAX_CHARS = 100_000
+TEXT_MAX_TOKENS = 1_000
+
+
+def _cut_at_whitespace(text: str, limit: int) -> Iterator[tuple[int, str]]:
+    """(offset, piece) of `text` in pieces of at most `limit` characters, each cut at the last
+    whitespace within the limit (a hard cut where `limit` characters hold no whitespace)."""
+    start, n = 0, len(text)
+    while n - start > limit:
+        end = start + limit
+        cut = max(text.rfind(c, start + 1, end + 1) for c in " \t\u3000\u00a0\f\v")
+        if cut <= start:  # no whitespace in the window (e.g. unspaced scripts): a hard cut
+            yield start, text[start:end]
+            start = end
+        else:  # text[cut] is whitespace: it ends this piece
+            yield start, text[start:cut]
+            start = cut + 1
+    if start < n:
+        yield start, text[start:]
+
+
+def _split_tokens(n_tokens: int, spaces: list[bool], limit: int) -> list[tuple[int, int]]:
+    """[start, end) pieces of a sentence of `n_tokens` tokens, each at most `limit` tokens, cut after a
+    token followed by whitespace (the last such one within the limit; a cut between any two tokens
+    when the last half of the window has none)."""
+    pieces, start = [], 0
+    while n_tokens - start > limit:
+        end = start + limit
+        cut = next((i for i in range(end, start + limit // 2, -1) if spaces[i - 1]), end)
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, n_tokens))
+    return pieces
+
+
+def _iter_text(source, name: str, encoding: str, nlp, max_block_chars: int = TEXT_MAX_CHARS,
+               max_tokens: int = TEXT_MAX_TOKENS) -> Iterator[_Item]:
+    """Sentences of raw text: blocks of non-blank lines (at most max_block_chars characters per spaCy
+    call; a longer line is cut at whitespace), spaCy tokens and sentencizer; sentences longer than
+    max_tokens tokens are split into pieces of at most max_tokens (at whitespace between tokens)."""
     from gpseq.corpora import Sentence
     from gpseq.corpora.conll import numbered_lines
 
     def split(block: list[str], first: int) -> Iterator[_Item]:
         text = "\n".join(block)
         doc = nlp(text)
+        position, newlines = 0, 0  # newlines before `position` in text (sentences come in order)
         for sent in doc.sents:
             tokens = [t for t in sent if not t.is_space]
             if not tokens:
@@ -564,29 +672,40 @@ def _iter_text(source, name: str, encoding: str, nlp, max_block_chars: int = 100
             for token in tokens:
                 following = doc[token.i + 1] if token.i + 1 < len(doc) else None
                 spaces.append(bool(token.whitespace_) or (following is not None and following.is_space))
-            spaces[-1] = False  # each sentence becomes its own Doc: no trailing space
-            line = first + text.count("\n", 0, tokens[0].idx)
-            yield _Item(Sentence([t.text for t in tokens], source=name, line=line), spaces)
+            for start, end in _split_tokens(len(tokens), spaces, max_tokens):
+                piece = spaces[start:end]
+                piece[-1] = False  # each sentence becomes its own Doc: no trailing space
+                newlines += text.count("\n", position, tokens[start].idx)
+                position = tokens[start].idx
+                line = first + newlines
+                yield _Item(Sentence([t.text for t in tokens[start:end]], source=name, line=line), piece)
 
     with numbered_lines(source, encoding, name) as (name, lines):
         block: list[str] = []
         first, size = 0, 0
         for number, line in lines:
-            if line.strip():
-                if not block:
-                    first = number
-                block.append(line)
-                size += len(line)
-                if size < max_block_chars:
-                    continue
-            if block:
+            if not line.strip():
+                if block:
+                    yield from split(block, first)
+                    block, size = [], 0
+                continue
+            if block and size + len(line) + 1 > max_block_chars:
                 yield from split(block, first)
                 block, size = [], 0
+            if len(line) > max_block_chars:  # a long line (e.g. text without line breaks): cut at whitespace
+                for _, piece in _cut_at_whitespace(line, max_block_chars):
+                    yield from split([piece], number)
+                continue
+            if not block:
+                first = number
+            block.append(line)
+            size += len(line) + 1
         if block:
             yield from split(block, first)
 
 
-def _iter_inputs(files: list[Path], input_format: str, token_column: int, encoding: str, lang: str) -> Iterator[_Item]:
+def _iter_inputs(files: list[Path], input_format: str, token_column: int, encoding: str, lang: str,
+                 text_max_tokens: int = TEXT_MAX_TOKENS) -> Iterator[_Item]:
     from gpseq.corpora import iter_conll
 
     nlp = None
@@ -605,7 +724,7 @@ def _iter_inputs(files: list[Path], input_format: str, token_column: int, encodi
 
                 nlp = spacy.blank(lang)
                 nlp.add_pipe("sentencizer")
-            yield from _iter_text(source, name, encoding, nlp)
+            yield from _iter_text(source, name, encoding, nlp, max_tokens=text_max_tokens)
 
 
 def _batches(items: Iterable[_Item], size: int) -> Iterator[list[_Item]]:
@@ -771,6 +890,8 @@ def tag(
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1; got {samples}")
+    if text_max_tokens < 1:
+        raise ConfigError(f"--text-max-tokens must be >= 1; got {text_max_tokens}")
     for path in files:
         _require_file(path)
     _check_tag_output(output, files, model_dir)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -514,3 +517,284 @@ def test_resume_from_a_checkpoint_of_another_configuration(model, corpus, tmp_pa
         assert "incompatible tensor with shape" in line, line
     assert "--resume" in line, line
     assert snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw text without sentence boundaries: bounded segments for spaCy, bounded sentences for the tagger
+# ---------------------------------------------------------------------------------------------
+
+
+def _unpunctuated_line(n_chars: int, seed: int = 0) -> str:
+    """Words without punctuation (so spaCy's tokens are the words), no sentence boundary anywhere."""
+    rng = random.Random(seed)
+    words = ["committee", "budget", "approved", "three", "small", "projects", "fund", "the", "on", "Tuesday"]
+    out, size = [], 0
+    while size < n_chars:
+        word = rng.choice(words)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:n_chars].rstrip()
+
+
+class _RecordingNlp:
+    """spaCy's blank pipeline with the sentencizer, recording the length of every text it is given."""
+
+    def __init__(self):
+        import spacy
+
+        self.nlp = spacy.blank("en")
+        self.nlp.add_pipe("sentencizer")
+        self.lengths: list[int] = []
+
+    def __call__(self, text):
+        self.lengths.append(len(text))
+        return self.nlp(text)
+
+
+def test_text_reader_cuts_a_5mb_line_into_bounded_pieces(tmp_path):
+    """A 5 MB line without punctuation (spaCy alone: E088, "text length exceeds 1000000"): spaCy only
+    ever sees at most TEXT_MAX_CHARS characters, no sentence has more than TEXT_MAX_TOKENS tokens, the
+    cuts fall at whitespace (the tokens are exactly the words) and every piece names line 2."""
+    line = _unpunctuated_line(5_000_000)
+    path = tmp_path / "long.txt"
+    path.write_text("A first line.\n" + line + "\n\nThe last one.\n", encoding="utf-8")
+    nlp = _RecordingNlp()
+    items = list(cli._iter_text(path, str(path), "utf-8", nlp))
+    assert max(nlp.lengths) <= cli.TEXT_MAX_CHARS == 100_000
+    assert len(nlp.lengths) >= 50
+    assert [item.sentence.tokens for item in items[:1]] == [["A", "first", "line", "."]]
+    assert items[-1].sentence.tokens == ["The", "last", "one", "."] and items[-1].sentence.line == 4
+    middle = items[1:-1]
+    assert max(len(item.sentence.tokens) for item in middle) == cli.TEXT_MAX_TOKENS == 1_000
+    assert [t for item in middle for t in item.sentence.tokens] == line.split()
+    assert {item.sentence.line for item in middle} == {2}
+    for item in items:
+        assert len(item.spaces) == len(item.sentence.tokens) and item.spaces[-1] is False
+
+
+def test_text_reader_splits_long_sentences_between_words_not_inside_them(tmp_path):
+    """Pieces of at most max_tokens tokens, cut after a token followed by whitespace: "don't" is two
+    tokens (do, n't) that are never separated; a line without whitespace is cut between tokens."""
+    words = " ".join(["we", "don't", "stop"] * 700)  # 2,800 tokens, no sentence punctuation
+    path = tmp_path / "words.txt"
+    path.write_text(words + "\n" + "x" * 250_000 + "\n", encoding="utf-8")
+    nlp = _RecordingNlp()
+    items = list(cli._iter_text(path, str(path), "utf-8", nlp, max_tokens=100))
+    first = [item for item in items if item.sentence.line == 1]
+    assert all(len(item.sentence.tokens) <= 100 for item in first)
+    assert all(item.sentence.tokens[0] != "n't" and item.sentence.tokens[-1] != "do" for item in first)
+    assert [t for item in first for t in item.sentence.tokens] == ["we", "do", "n't", "stop"] * 700
+    second = [item for item in items if item.sentence.line == 2]  # 250,000 characters, no whitespace
+    assert max(nlp.lengths) <= cli.TEXT_MAX_CHARS
+    assert "".join(t for item in second for t in item.sentence.tokens) == "x" * 250_000
+
+
+def test_tag_a_300kb_unpunctuated_line(model, tmp_path):
+    """The CLI end to end on one 300 KB line (about 45,000 words): exit 0, every output sentence at
+    most --text-max-tokens tokens, all the words tagged in order, every sentence from line 1."""
+    line = _unpunctuated_line(300_000, seed=1)
+    path = tmp_path / "line.txt"
+    path.write_text(line + "\n", encoding="utf-8")
+    out = tmp_path / "tagged.jsonl"
+    result = invoke("tag", model, path, "--format", "jsonl", "--mean", "--batch-size", "16",
+                    "--text-max-tokens", "800", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(row) for row in out.read_text(encoding="utf-8").splitlines()]
+    assert max(len(r["tokens"]) for r in records) == 800
+    assert [t for r in records for t in r["tokens"]] == line.split()
+    assert {r["line"] for r in records} == {1}
+    assert all(len(r["labels"]) == len(r["tokens"]) for r in records)
+
+
+def test_text_max_tokens_must_be_positive(model, notes):
+    result = invoke("tag", model, notes, "--text-max-tokens", "0")
+    assert result.exit_code == 4
+    assert one_line(result) == "error: --text-max-tokens must be >= 1; got 0"
+
+
+# ---------------------------------------------------------------------------------------------
+# Two trainings writing the same -o: a lock file beside the model directory
+# ---------------------------------------------------------------------------------------------
+
+LOCK_HOLDER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import cli
+with cli._train_lock(Path(sys.argv[2])):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _subprocess_env() -> dict[str, str]:
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
+
+
+def test_a_second_training_on_the_same_output_fails_at_start(corpus, tmp_path):
+    """A training in progress (another process holding MODEL.lock): exit 2 at start, one line naming
+    the model directory and the PID holding it, nothing written; once that process is killed
+    (SIGKILL: its lock file stays, naming a dead PID), the next training takes the lock over and
+    removes it at the end."""
+    out = tmp_path / "model"
+    lock = tmp_path / "model.lock"
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ROOT), str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=_subprocess_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert lock.read_text().strip() == str(holder.pid)
+        before = snapshot(tmp_path)
+        result = invoke("train", corpus, "-o", out, *TINY)
+        assert result.exit_code == 2
+        line = one_line(result)
+        assert line.startswith(f"error: {out}: another gpseq train (PID {holder.pid}) is writing this model "
+                               f"directory (lock {lock})"), line
+        assert snapshot(tmp_path) == before  # no model, no checkpoints, the holder's lock untouched
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.read_text().strip() == str(holder.pid)  # stale: its process is dead
+    result = invoke("train", corpus, "-o", out, *TINY)
+    assert result.exit_code == 0, result.stderr
+    assert (out / "tagger.json").is_file()
+    assert not lock.exists()
+
+
+def test_concurrent_cli_trainings_on_the_same_output(corpus, tmp_path):
+    """Two real `gpseq train` runs: while the first (a subprocess) trains, the second fails at start
+    naming the first one's PID; the first finishes and saves its model."""
+    out = tmp_path / "model"
+    lock = tmp_path / "model.lock"
+    first = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "train", str(corpus), "-o", str(out),
+                              *KILL_OPTIONS], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=_subprocess_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None:
+            try:
+                if lock.read_text().strip() == str(first.pid):
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.05)
+        assert first.poll() is None, "the first training ended before the second could start"
+        result = invoke("train", corpus, "-o", out, *TINY)
+        still_running = first.poll() is None
+    finally:
+        stderr = first.communicate(timeout=300)[1]
+    assert first.returncode == 0, stderr
+    assert still_running, "the first training ended while the second was starting: inconclusive"
+    assert result.exit_code == 2
+    assert one_line(result).startswith(f"error: {out}: another gpseq train (PID {first.pid}) is writing")
+    assert (out / "tagger.json").is_file() and not lock.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels seen only in --dev
+# ---------------------------------------------------------------------------------------------
+
+
+def test_labels_only_in_dev_are_named_in_one_warning(corpus, tmp_path):
+    rows = corpus.read_text(encoding="utf-8").splitlines()
+    changed = [row.rsplit(" ", 1)[0] + " B-ZZZ" if row.endswith(" B-NP") else row for row in rows[:40]]
+    changed = [row.rsplit(" ", 1)[0] + " I-ZZZ" if row.endswith(" I-NP") else row for row in changed]
+    assert any(r.endswith("B-ZZZ") for r in changed) and any(r.endswith("I-ZZZ") for r in changed)
+    dev = tmp_path / "dev.conll"
+    dev.write_text("\n".join(changed).rstrip("\n") + "\n\n", encoding="utf-8")
+    result = invoke("train", corpus, "--dev", dev, "-o", tmp_path / "m", *TINY)
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {dev}: label(s) not in the training corpus, which the model cannot predict "
+                        "(they count as errors on dev): B-ZZZ I-ZZZ"], result.stderr
+    result = invoke("train", corpus, "--dev", corpus, "-o", tmp_path / "m2", *TINY)
+    assert result.exit_code == 0, result.stderr
+    assert "warning:" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Kill -9 at random points, then --resume
+# ---------------------------------------------------------------------------------------------
+
+# The SVI trainer (checkpoints every 5 of its 40 steps); the default method is a one-shot L-BFGS fit
+KILL_OPTIONS = ["--features", "ner", "--max-steps", "40", "--epochs", "20", "--seed", "3",
+                "--set", "training.method=svi", "--set", "training.checkpoint_every=5",
+                "--set", "training.dev_fraction=0", "--set", "training.batch_size=8", "--set", "predict_samples=2"]
+KILL_TRIALS = 10
+
+
+def _train_command(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "cli.py"), "train", str(corpus), "-o", str(out), *KILL_OPTIONS, *extra]
+
+
+def _arrays(model_dir: Path) -> dict:
+    import numpy as np
+
+    with np.load(model_dir / "arrays.npz", allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def _assert_same_arrays(got: dict, want: dict, what: str) -> None:
+    import numpy as np
+
+    assert sorted(got) == sorted(want), what
+    for name in want:
+        assert np.allclose(got[name], want[name], rtol=1e-6, atol=1e-9), f"{what}: {name} differs"
+
+
+@pytest.mark.slow
+def test_kill_at_random_points_then_resume(corpus, tmp_path):
+    """`gpseq train` (SVI, checkpoints) killed with SIGKILL at random times spread over an
+    uninterrupted run's duration: every trial leaves either no model or a complete, loadable one
+    equal to the uninterrupted result; `--resume` then reaches the uninterrupted result (the
+    arrays), cleaning the killed run's temporaries and its stale lock."""
+    from gpseq.tagger import Tagger
+
+    reference = tmp_path / "reference" / "model"
+    reference.parent.mkdir()
+    started = time.monotonic()
+    done = subprocess.run(_train_command(corpus, reference), capture_output=True, text=True, env=_subprocess_env(),
+                          timeout=600)
+    duration = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    want = _arrays(reference)
+    rng = random.Random(14)
+    outcomes = []
+    for trial in range(KILL_TRIALS):
+        folder = tmp_path / f"trial{trial}"
+        folder.mkdir()
+        out = folder / "model"
+        # trial 0 during start-up (imports, features); the others spread over the rest of the run and
+        # a little past it (TensorFlow's start-up is about a third of a run of this size)
+        if trial == 0:
+            delay = rng.uniform(0.0, 0.3) * duration
+        else:
+            delay = (0.3 + 0.75 * (trial - 1 + rng.random()) / (KILL_TRIALS - 1)) * duration
+        process = subprocess.Popen(_train_command(corpus, out), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=_subprocess_env())
+        try:
+            process.wait(timeout=delay)
+            killed = False
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            killed = True
+        left = sorted(os.listdir(folder))
+        unexpected = [name for name in left if name not in ("model", "model.ckpt", "model.lock")
+                      and not name.startswith((".model.tmp-", ".model.old-"))]
+        assert not unexpected, f"trial {trial} (killed after {delay:.1f} s): {unexpected}"
+        if out.exists():  # a complete, loadable model: the uninterrupted one
+            Tagger.load(out)
+            _assert_same_arrays(_arrays(out), want, f"trial {trial}: the model left by the killed run")
+        checkpoint = out.with_name("model.ckpt") / "checkpoint" / "state.json"
+        step = json.loads(checkpoint.read_text())["step"] if checkpoint.exists() else None
+        outcomes.append((round(delay, 1), killed, out.exists(), step))
+        resumed = subprocess.run(_train_command(corpus, out, "--resume"), capture_output=True, text=True,
+                                 env=_subprocess_env(), timeout=600)
+        assert resumed.returncode == 0, f"trial {trial}: {resumed.stderr}"
+        Tagger.load(out)
+        _assert_same_arrays(_arrays(out), want, f"trial {trial}: --resume after a kill at {delay:.1f} s")
+        assert sorted(os.listdir(folder)) == ["model", "model.ckpt"], f"trial {trial}: {os.listdir(folder)}"
+        assert os.listdir(out.with_name("model.ckpt")) == ["checkpoint"]
+    print("kill trials (delay s, killed, model left, checkpoint step):", outcomes)
+    assert any(killed for _, killed, _, _ in outcomes)
+    assert any(step is not None and step < 40 for *_, step in outcomes), outcomes  # some resumed mid-training
