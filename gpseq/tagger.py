@@ -281,12 +281,12 @@ class Tagger:
         if mean and self._mean_fn is None:
 
             def mean_fn(batch):
-                unary, pairwise = model.predictive_potentials(batch)  # calibrated, deterministic
-                marg = chain.unary_marginals(unary, pairwise, batch["lengths"])
-                mean_unary, mean_pairwise = model.mean_potentials(batch)
-                path, _ = chain.viterbi(mean_unary, mean_pairwise, batch["lengths"])
-                logp = tf.minimum(chain.log_likelihood(path, unary, pairwise, batch["lengths"]), 0.0)
-                return marg, path, logp
+                moments = model.unary_moments(batch)  # posterior mean and variance [B, T, V]
+                unary, pairwise = model.predictive_potentials(batch, moments)  # calibrated, deterministic
+                marg, log_z = chain.unary_marginals(unary, pairwise, batch["lengths"], return_log_partition=True)
+                path, _ = chain.viterbi(moments[0], model.pairwise_mean, batch["lengths"])
+                logp = chain.sequence_score(path, unary, pairwise, batch["lengths"]) - log_z
+                return marg, path, tf.minimum(logp, 0.0)
 
             self._mean_fn = tf.function(mean_fn, input_signature=[batch_signature(model.dtype)])
         if not mean and self._predict_fn is None:

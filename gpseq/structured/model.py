@@ -424,12 +424,12 @@ class StructuredGP(tf.Module):
                 variance += tf.einsum("k,btm,kmv->btv", weights, a_w**2, scale**2)
         return mean, variance
 
-    def predictive_potentials(self, batch):
+    def predictive_potentials(self, batch, moments=None):
         """Deterministic approximation of the posterior-averaged chain: each Gaussian potential
         N(m, α v) replaced by m / √(1 + π α v / 8) (MacKay's probit approximation of E[softmax]),
         all divided by the temperature T; one forward–backward on these gives the calibrated
-        marginals. Unary `[B, T, V]`, pairwise `[V, V]`."""
-        mean, variance = self.unary_moments(batch)
+        marginals. Unary `[B, T, V]`, pairwise `[V, V]`; `moments` = `unary_moments(batch)` if known."""
+        mean, variance = self.unary_moments(batch) if moments is None else moments
         alpha = self.variance_scale
         factor = np.pi / 8.0
         unary = mean / tf.sqrt(1.0 + factor * alpha * variance) / self.temperature

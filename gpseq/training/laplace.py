@@ -178,6 +178,7 @@ def fit_laplace(
     tolerance: float = 1e-7,
     max_tokens: int = 16384,
     callback: Callable[[int, int, float], None] | None = None,
+    objective: "_ChainObjective | None" = None,
 ) -> LaplaceReport:
     """Fit `model` (a StructuredGP with the weight-space linear part and no inducing points) by
     MAP + diagonal Laplace (+ `evidence_rounds` evidence updates of the per-group prior
@@ -191,7 +192,7 @@ def fit_laplace(
 
     if model.linear is None or model.inducing is not None or model.deep is not None:
         raise NumericalError("the Laplace fit needs the weight-space linear model (kernel 'linear')")
-    objective = _ChainObjective(model, data, max_tokens)
+    objective = objective or _ChainObjective(model, data, max_tokens)  # reusable across fits of `data`
     D, V = model.num_features, model.num_labels
     support = objective.support.numpy()  # [P] flat indices into [D, V]
     pair_group = np.asarray(groups, dtype=np.int64)[support // V]  # [P]
@@ -287,8 +288,10 @@ def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None, dtype,
                   callbacks=None):
-    """The default training of a `TaggerConfig`: build the weight-space model, fit it by
-    `fit_laplace`, calibrate its predictive on `dev_data`; returns (model, scores)."""
+    """The default training of a `TaggerConfig`: build the weight-space model; for each prior
+    variance of `training.prior_variance_grid` (warm-started, ascending) fit it by `fit_laplace`
+    and calibrate its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit
+    it on train + dev. Returns (model, scores)."""
     from gpseq.structured.model import StructuredGP
     from gpseq.training.calibration import fit_calibration
     from gpseq.training.trainer import Progress
@@ -299,7 +302,10 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     groups, names = featurizer.column_groups()
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
-    total = budget + tcfg.evidence_rounds * refit
+    has_dev = dev_data is not None and len(dev_data) > 0
+    grid = sorted(tcfg.prior_variance_grid or []) if has_dev and tcfg.calibrate else []
+    grid = grid or [mcfg.prior_variance]
+    total = budget + (len(grid) - 1 + tcfg.evidence_rounds * len(grid)) * refit
     start = time.perf_counter()
     done = [0]
 
@@ -308,30 +314,38 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         for callback in callbacks or []:
             callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
 
-    report = fit_laplace(model, data, groups, names, prior_variance=mcfg.prior_variance,
-                         pairwise_prior_variance=mcfg.pairwise_prior_variance,
-                         evidence_rounds=tcfg.evidence_rounds, max_iterations=budget, refit_iterations=refit,
-                         callback=progress)
-    scores = {"method": "laplace", "steps": done[0], "lbfgs_iterations": report.iterations,
-              "objective_per_token": report.objective_per_token, "prior_variances": report.prior_variances}
-    if dev_data is not None and len(dev_data):
-        if tcfg.calibrate:
-            scores["calibration"] = fit_calibration(model, dev_data)
-        if tcfg.refit_with_dev:
-            # the held-out split has served (calibration); the final weights see it too, warm-started
-            known = np.flatnonzero(np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0)
-            combined = concatenate(data, dev_data.subset(known))
-            total += refit
-            refit_report = fit_laplace(model, combined, groups, names, prior_variance=mcfg.prior_variance,
-                                       pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=0,
-                                       max_iterations=refit, callback=progress)
-            report.iterations += refit_report.iterations
-            report.objective_per_token += refit_report.objective_per_token
-            scores["lbfgs_iterations"] = report.iterations
-            scores["refit_sentences"] = len(combined)
-    scores["steps"] = done[0]
+    def fit(corpus, prior_variance, iterations, objective=None, evidence_rounds=0):
+        return fit_laplace(model, corpus, groups, names, prior_variance=prior_variance,
+                           pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
+                           max_iterations=iterations, refit_iterations=refit, callback=progress, objective=objective)
+
+    objective = _ChainObjective(model, data, 16384)
+    iterations, candidates, best = [], {}, None
+    for number, prior_variance in enumerate(grid):
+        report = fit(data, prior_variance, budget if number == 0 else refit, objective, tcfg.evidence_rounds)
+        iterations += report.iterations
+        calibration = fit_calibration(model, dev_data) if has_dev and tcfg.calibrate else None
+        dev_nll = calibration["dev_token_nll"] if calibration else None
+        candidates[str(prior_variance)] = dev_nll
+        if best is None or (dev_nll is not None and dev_nll < best[0]):
+            best = (dev_nll, prior_variance, model.get_state(), calibration, report)
+    dev_nll, prior_variance, state, calibration, report = best
+    model.set_state(state)
+    scores = {"method": "laplace", "prior_variance": prior_variance, "prior_variances": report.prior_variances,
+              "objective_per_token": report.objective_per_token}
+    if len(grid) > 1:
+        scores["dev_token_nll_by_prior_variance"] = candidates
+    if calibration:
+        scores["calibration"] = calibration
+    if has_dev and tcfg.refit_with_dev:
+        # the held-out split has served (prior variance, calibration); the final weights see it too
+        clean = np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0
+        combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
+        total += refit
+        iterations += fit(combined, prior_variance, refit).iterations
+        scores["refit_sentences"] = len(combined)
+    scores.update(steps=done[0], lbfgs_iterations=iterations)
     for callback in callbacks or []:
-        callback(Progress(done[0], total, tcfg.evidence_rounds, -report.objective_per_token[-1], event="done",
-                          dev_score=scores.get("calibration", {}).get("dev_token_nll"),
-                          elapsed_s=time.perf_counter() - start))
+        callback(Progress(done[0], total, len(grid), -report.objective_per_token[-1], event="done",
+                          dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
     return model, scores

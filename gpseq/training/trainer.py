@@ -48,6 +48,8 @@ class TrainingConfig:
     # variances, for the weight-space linear model) | "svi" (the ELBO by Adam) | "auto" (laplace
     # where the model allows it)
     max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
+    prior_variance_grid: list = field(default_factory=lambda: [1.0, 4.0, 16.0])  # laplace: σ² of the
+    # weights chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
     evidence_rounds: int = 0  # prior-variance updates, each followed by a warm-started refit (laplace)
     calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
     refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)
