@@ -934,7 +934,7 @@ EVALUATE_EXAMPLES = """[b]Examples[/b]
 
   gpseq evaluate runs/sample corpora/sample/test.conll
   gpseq evaluate runs/chunk test.txt --json --plot reliability.png
-  gpseq evaluate runs/chunk test.txt --mean   # posterior-mean potentials
+  gpseq evaluate runs/chunk test.txt --samples 32   # Monte Carlo marginals
 
 """ + EXIT_CODES
 
