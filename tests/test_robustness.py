@@ -769,10 +769,25 @@ def test_kill_at_random_points_then_resume(corpus, tmp_path):
             delay = rng.uniform(0.0, 0.3) * duration
         else:
             delay = (0.3 + 0.75 * (trial - 1 + rng.random()) / (KILL_TRIALS - 1)) * duration
+        trial_started = time.monotonic()
         process = subprocess.Popen(_train_command(corpus, out), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, env=_subprocess_env())
+        state = out.with_name("model.ckpt") / "checkpoint" / "state.json"
+        if trial % 2 == 1:
+            # odd trials: killed once a given checkpoint exists (load on the machine cannot make every
+            # time-based kill land before the first checkpoint); even trials: at a random time
+            target = rng.choice([5, 10, 15, 20, 25, 30, 35])
+            deadline = time.monotonic() + 600
+            while process.poll() is None and time.monotonic() < deadline:
+                try:
+                    if json.loads(state.read_text())["step"] >= target:
+                        break
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.02)
+            delay = time.monotonic() - trial_started  # for the report only
         try:
-            process.wait(timeout=delay)
+            process.wait(timeout=0 if trial % 2 == 1 else delay)
             killed = False
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGKILL)
