@@ -22,9 +22,11 @@ labels). Features that read token attributes (e.g. the `chunking` preset's POS c
 
 Sequences: each sentence when the Doc has sentence boundaries (add a `sentencizer`), else the
 whole Doc; whitespace tokens are left out of the sequence and left untagged (as `gpseq tag`
-does). The model is loaded lazily (first use, `initialize`, or `to_disk`) from `model`, or by
-`from_disk` from the pipeline directory, so `nlp.to_disk()` → `spacy.load()` does not need the
-original model directory.
+does). A sequence longer than `max_tokens` (default null: the model's `predict_max_tokens`,
+1000) is tagged in overlapping windows and stitched, as `Tagger.tag` documents, so a Doc of
+any length is tagged in bounded memory. The model is loaded lazily (first use, `initialize`,
+or `to_disk`) from `model`, or by `from_disk` from the pipeline directory, so `nlp.to_disk()`
+→ `spacy.load()` does not need the original model directory.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ _ANNOTATION = {"tag_": "TAG", "tag": "TAG", "pos_": "POS", "pos": "POS", "lemma_
         "decode": None,
         "batch_size": 256,
         "seed": 0,
+        "max_tokens": None,
     },
 )
 def make_gpseq(
@@ -93,11 +96,12 @@ def make_gpseq(
     decode: str | None,
     batch_size: int,
     seed: int,
+    max_tokens: int | None,
 ) -> "GpseqComponent":
     """Build the `gpseq` component (see the module docstring for what each setting does)."""
     return GpseqComponent(nlp, name, model=model, task=task, spans_key=spans_key, extension=extension,
                           span_extension=span_extension, set_pos=set_pos, samples=samples, mean=mean,
-                          decode=decode, batch_size=batch_size, seed=seed)
+                          decode=decode, batch_size=batch_size, seed=seed, max_tokens=max_tokens)
 
 
 class GpseqComponent:
@@ -106,7 +110,8 @@ class GpseqComponent:
     def __init__(self, nlp: Language, name: str = "gpseq", *, model: str | os.PathLike | None = None,
                  task: str = "auto", spans_key: str = "gpseq", extension: str = "gpseq_probs",
                  span_extension: str = "gpseq_prob", set_pos: bool = True, samples: int | None = None,
-                 mean: bool = False, decode: str | None = None, batch_size: int = 256, seed: int = 0):
+                 mean: bool = False, decode: str | None = None, batch_size: int = 256, seed: int = 0,
+                 max_tokens: int | None = None):
         if task not in TASKS:
             raise ConfigError(f"gpseq component {name!r}: task must be one of {TASKS}, got {task!r}")
         if decode not in (None, "viterbi", "max-marginal"):
@@ -115,6 +120,10 @@ class GpseqComponent:
             raise ConfigError(f"gpseq component {name!r}: samples must be >= 1, got {samples}")
         if batch_size < 1:
             raise ConfigError(f"gpseq component {name!r}: batch_size must be >= 1, got {batch_size}")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                       or max_tokens < 1):
+            raise ConfigError(f"gpseq component {name!r}: max_tokens must be a positive integer or null, "
+                              f"got {max_tokens!r}")
         if not extension or not span_extension:
             raise ConfigError(f"gpseq component {name!r}: extension names must not be empty")
         self.nlp, self.name = nlp, name
@@ -122,7 +131,7 @@ class GpseqComponent:
         self.task_setting = task
         self.spans_key, self.extension, self.span_extension = spans_key, extension, span_extension
         self.set_pos, self.samples, self.mean, self.decode = set_pos, samples, mean, decode
-        self.batch_size, self.seed = batch_size, seed
+        self.batch_size, self.seed, self.max_tokens = batch_size, seed, max_tokens
         self._tagger = None
         _register_extensions(extension, span_extension)
 
@@ -140,6 +149,11 @@ class GpseqComponent:
 
     def _set_tagger(self, tagger) -> None:
         from gpseq.corpora import is_chunk_labelling
+
+        overlap = tagger.config.predict_overlap
+        if self.max_tokens is not None and self.max_tokens <= 2 * overlap:
+            raise ConfigError(f"gpseq component {self.name!r}: max_tokens must be > 2 × the model's "
+                              f"predict_overlap ({2 * overlap}), got {self.max_tokens}")
 
         chunks = is_chunk_labelling(tagger.labels, tagger.config.tag_scheme)
         task = self.task_setting
@@ -238,7 +252,8 @@ class GpseqComponent:
             matrix = tagger.featurizer.transform_docs(sequences)
             decode = self.decode or tagger.config.decode
             for ids, marginals, paths, _ in tagger.predict_features(
-                matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed
+                matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed,
+                max_tokens=self.max_tokens,
             ):
                 for row, index in enumerate(ids):
                     tokens = sequences[index]

@@ -16,6 +16,7 @@ what gpseq wrote.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from gpseq.corpora._atomic import apply_umask, stale_temp_siblings
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError, OutputError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
 from gpseq.structured.model import ModelConfig
-from gpseq.training.batching import SequenceData, batch_signature, make_batch, token_batches
+from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
 from gpseq.training.trainer import Progress, Trainer, TrainingConfig
 
 FORMAT_VERSION = 1
@@ -58,6 +59,11 @@ class TaggerConfig:
     predict_samples: int = 16  # S, Monte Carlo samples of f for the calibrated marginals
     decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal"
     dtype: str = "float32"
+    # a sentence longer than predict_max_tokens is tagged in windows of that many tokens, each
+    # token's results taken from a window where it has >= predict_overlap tokens of context on
+    # either side (see `Tagger.tag`): memory bounded whatever the sentence length
+    predict_max_tokens: int = 1000
+    predict_overlap: int = 50
 
     def to_dict(self) -> dict:
         return {
@@ -69,6 +75,8 @@ class TaggerConfig:
             "predict_samples": self.predict_samples,
             "decode": self.decode,
             "dtype": self.dtype,
+            "predict_max_tokens": self.predict_max_tokens,
+            "predict_overlap": self.predict_overlap,
         }
 
     @classmethod
@@ -110,6 +118,7 @@ class TaggerConfig:
             raise ConfigError(f"predictive must be deterministic or mc, got {self.predictive!r}")
         if self.predict_samples < 1:
             raise ConfigError(f"predict_samples must be >= 1, got {self.predict_samples}")
+        _check_window(self.predict_max_tokens, self.predict_overlap)
 
 
 @dataclass
@@ -130,6 +139,17 @@ class TaggedSentence:
 
     def distribution(self, t: int) -> dict[str, float]:
         return {label: float(p) for label, p in zip(self.label_set, self.probabilities[t])}
+
+
+def _check_window(max_tokens, overlap) -> None:
+    """ConfigError unless sentences can be windowed: 1 <= overlap, 2·overlap < max_tokens."""
+    for name, value in (("predict_max_tokens", max_tokens), ("predict_overlap", overlap)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if overlap < 1:
+        raise ConfigError(f"predict_overlap must be >= 1, got {overlap}")
+    if max_tokens <= 2 * overlap:
+        raise ConfigError(f"predict_max_tokens must be > 2 * predict_overlap ({2 * overlap}), got {max_tokens}")
 
 
 def _as_sentences(sentences: Iterable) -> list[Sentence]:
@@ -305,40 +325,88 @@ class Tagger:
         return self._mean_fn if mean else self._predict_fn
 
     def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool | None = None,
-                        batch_size: int = 256, seed: int = 0):
+                        batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
         """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
         yield from self.predict_features(self.featurizer.transform(sentences), samples=samples, mean=mean,
-                                         batch_size=batch_size, seed=seed)
+                                         batch_size=batch_size, seed=seed, max_tokens=max_tokens)
 
     def predict_features(self, matrix, *, samples: int | None = None, mean: bool | None = None,
-                         batch_size: int = 256, seed: int = 0):
+                         batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
         """`predict_batches` for a FeatureMatrix (e.g. `featurizer.transform_docs(docs)`, rows `[N, D]`):
-        yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
-        import tensorflow as tf
+        yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B]).
 
+        Batches hold at most `batch_size` sentences and PREDICT_TOKENS padded tokens (S× that
+        under Monte Carlo). A sentence longer than `max_tokens` (default: the config's
+        `predict_max_tokens`) is tagged in overlapping windows of that many tokens and yielded
+        alone, stitched (see `tag`)."""
         data = SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), None)
         mean = self._deterministic(mean, samples)
         samples = samples or self.config.predict_samples
-        fn = self._compiled(mean)
+        max_tokens = max_tokens or self.config.predict_max_tokens
+        overlap = self.config.predict_overlap
+        _check_window(max_tokens, overlap)
+        numbers = itertools.count()  # one seed per compiled call
+        short = np.flatnonzero(data.lengths <= max_tokens)
+        for ids in token_batches(data.lengths[short], PREDICT_TOKENS, batch_size):
+            marg, path, logp = self._predict_batch(data, short[ids], mean, samples, [seed, next(numbers)])
+            yield short[ids], marg, path, logp
+        for index in np.flatnonzero(data.lengths > max_tokens):
+            start, stop = data.offsets[index], data.offsets[index + 1]
+            windows = sequence_windows(int(stop - start), max_tokens, overlap)  # [W, 4]
+            pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
+            marg = path = None
+            for ids in token_batches(pieces.lengths, PREDICT_TOKENS, batch_size):
+                window_marg, window_path, _ = self._predict_batch(pieces, ids, mean, samples, [seed, next(numbers)])
+                if marg is None:
+                    marg = np.empty((stop - start, window_marg.shape[-1]), dtype=window_marg.dtype)  # [T, V]
+                    path = np.empty(stop - start, dtype=window_path.dtype)  # [T]
+                for row, w in enumerate(ids):
+                    first, _, keep_start, keep_stop = windows[w]
+                    marg[keep_start:keep_stop] = window_marg[row, keep_start - first:keep_stop - first]
+                    path[keep_start:keep_stop] = window_path[row, keep_start - first:keep_stop - first]
+            labelled = SequenceData(data.rows[start:stop], np.array([0, stop - start], dtype=np.int64),
+                                    path.astype(np.int32))
+            logp = self._chain_log_probs(labelled, mean, samples, batch_size, [seed, next(numbers)], max_tokens)
+            yield np.array([index]), marg[None], path[None], logp
+
+    def _predict_batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int]):
+        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B]) of the sentences `ids` of `data`."""
+        import tensorflow as tf
+
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
-        # at most `batch_size` sentences and PREDICT_TOKENS padded tokens a batch (S× that under MC)
-        for number, ids in enumerate(token_batches(data.lengths, PREDICT_TOKENS, batch_size)):
-            batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=dtype).items()}
-            if mean:
-                marg, path, logp = fn(batch)
-            else:
-                marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant([seed, number], tf.int32))
-            yield ids, marg.numpy(), path.numpy(), logp.numpy()
+        fn = self._compiled(mean)
+        batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=dtype).items()}
+        if mean:
+            marg, path, logp = fn(batch)
+        else:
+            marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
+        return marg.numpy(), path.numpy(), logp.numpy()
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
-            decode: str | None = None, batch_size: int = 256) -> list[TaggedSentence]:
-        """Label tokenised sentences; per-token distributions are Monte Carlo averages over q(f)
-        (`samples` draws; `mean=True` uses the posterior-mean potentials instead)."""
+            decode: str | None = None, batch_size: int = 256, max_tokens: int | None = None) -> list[TaggedSentence]:
+        """Label tokenised sentences: labels, per-token marginals and the path's log-probability.
+
+        Marginals are the model's calibrated predictive (deterministic by default, `mean=True`
+        forces it; `samples=S` averages S Monte Carlo draws of f); labels are the Viterbi path of
+        the posterior-mean potentials (`decode="max-marginal"`: each token's most probable label).
+
+        Long sentences: one longer than `max_tokens` (default: the config's `predict_max_tokens`,
+        1000) is tagged in windows of `max_tokens` tokens, consecutive windows sharing at least
+        2·`predict_overlap` (2·50) tokens; each token's marginals and Viterbi label come from the
+        window where it is most central (at least `predict_overlap` tokens of context on either
+        side), so memory is bounded whatever the length. The features are those of the whole
+        sentence (unary potentials are exact); only the chain is cut, and the influence of a label
+        on the marginals decays geometrically along a linear chain, so stitched marginals match the
+        whole-sentence ones closely (not exactly) and the stitched path may differ from the whole
+        sentence's Viterbi path near a cut. Its `sequence_log_prob` is Σ_windows log p(path part)
+        − Σ_shared parts log p(path part), each computed on that stretch alone: the path's score is
+        exact and log Z is approximated by the windows' (exact for the chain if the windows'
+        distributions were the whole sentence's)."""
         sentences = _as_sentences(sentences)
         decode = decode or self.config.decode
         results: list[TaggedSentence | None] = [None] * len(sentences)
         for ids, marg, path, logp in self.predict_batches(sentences, samples=samples, mean=mean,
-                                                          batch_size=batch_size):
+                                                          batch_size=batch_size, max_tokens=max_tokens):
             for row, index in enumerate(ids):
                 T = len(sentences[index].tokens)
                 probs = marg[row, :T].astype(np.float64)
@@ -401,25 +469,57 @@ class Tagger:
         return self._gold_fn
 
     def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
-                       batch_size: int = 256, seed: int = 1) -> np.ndarray:
+                       batch_size: int = 256, seed: int = 1, max_tokens: int | None = None) -> np.ndarray:
         """log p(gold path | X) per sentence: log E_q[p(y | f)] by Monte Carlo (log-mean-exp over
-        `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training."""
-        import tensorflow as tf
-
+        `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training.
+        A sentence longer than `max_tokens` (default `predict_max_tokens`) is scored in windows (`tag`)."""
         corpus = list(corpus)
         mean = self._deterministic(mean, samples)
         data = self._sequence_data(self.featurizer, corpus, self.label_index)
-        out = np.full(len(corpus), -np.inf)
+        max_tokens = max_tokens or self.config.predict_max_tokens
+        _check_window(max_tokens, self.config.predict_overlap)
+        return self._chain_log_probs(data, mean, samples or self.config.predict_samples, batch_size, [seed, 0],
+                                     max_tokens)
+
+    def _chain_log_probs(self, data: SequenceData, mean: bool, samples: int, batch_size: int, seed: list[int],
+                         max_tokens: int) -> np.ndarray:
+        """log p(labels | X) `[B]` of every labelled sequence of `data` (−inf where a label id is −1).
+
+        A sequence longer than `max_tokens` is scored as a junction tree of its windows
+        (`sequence_windows`): Σ_w log p_w(y_w) − Σ_w log p(y of w ∩ w+1), every term the model's
+        chain on that stretch alone. Scores of the parts add up to the whole path's score exactly;
+        the windows' log-partitions stand in for the sentence's."""
+        import tensorflow as tf
+
+        lengths = data.lengths
+        token_owner = np.repeat(np.arange(len(data)), lengths)
+        unseen = np.bincount(token_owner, weights=data.label_ids < 0, minlength=len(data)) > 0
+        if (lengths > max_tokens).any():
+            owner, sign, starts, stops = [], [], [], []
+            for index, length in enumerate(lengths):
+                windows = sequence_windows(int(length), max_tokens, self.config.predict_overlap)
+                shared = np.stack([windows[1:, 0], windows[:-1, 1]], axis=1)  # [W − 1, 2] w ∩ w+1
+                parts = np.concatenate([windows[:, :2], shared]) + data.offsets[index]
+                owner += [index] * len(parts)
+                sign += [1.0] * len(windows) + [-1.0] * len(shared)
+                starts.append(parts[:, 0])
+                stops.append(parts[:, 1])
+            owner, sign = np.array(owner), np.array(sign)
+            pieces = data.slices(np.concatenate(starts), np.concatenate(stops))
+        else:
+            owner, sign, pieces = np.arange(len(data)), np.ones(len(data)), data
+        out = np.zeros(len(data))
         dtype = np.float32 if self.config.dtype == "float32" else np.float64
-        samples = tf.constant(samples or self.config.predict_samples, tf.int32)
+        samples = tf.constant(samples, tf.int32)
         fn = self._compiled_gold()
-        for number, ids in enumerate(token_batches(data.lengths, PREDICT_TOKENS, batch_size)):
-            raw = make_batch(data, ids, dtype=dtype)
-            unseen = (raw["labels"] < 0).any(axis=1)
-            raw["labels"] = np.maximum(raw["labels"], 0)
+        for number, ids in enumerate(token_batches(pieces.lengths, PREDICT_TOKENS, batch_size)):
+            raw = make_batch(pieces, ids, dtype=dtype)
+            raw["labels"] = np.maximum(raw["labels"], 0)  # unseen labels: −inf below, whatever this scores
             batch = {k: tf.convert_to_tensor(v) for k, v in raw.items()}
-            logp = fn(batch, samples, tf.constant([seed, number], tf.int32), tf.constant(mean)).numpy()
-            out[ids] = np.where(unseen, -np.inf, logp)
+            logp = fn(batch, samples, tf.constant([seed[0], seed[1] + number], tf.int32), tf.constant(mean)).numpy()
+            np.add.at(out, owner[ids], sign[ids] * logp)
+        out = np.minimum(out, 0.0)  # log-probabilities; the windows' sum can round (or approximate) above 0
+        out[unseen] = -np.inf
         return out
 
     # ---- persistence --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from test_cli import invoke, one_line  # the in-process CliRunner helpers (and `import cli`)
@@ -813,3 +814,139 @@ def test_kill_at_random_points_then_resume(corpus, tmp_path):
     print("kill trials (delay s, killed, model left, checkpoint step):", outcomes)
     assert any(killed for _, killed, _, _ in outcomes)
     assert any(step is not None and step < 40 for *_, step in outcomes), outcomes  # some resumed mid-training
+
+
+# ---------------------------------------------------------------------------------------------
+# Long sentences in the library: tagged in overlapping windows, stitched
+# ---------------------------------------------------------------------------------------------
+
+# The default training (MAP + Laplace, linear kernel), converged on the tiny corpus: its transitions
+# are strong enough that the context across a cut matters (checked below), unlike 2 SVI steps'.
+# float64, so that the whole-sentence reference of a few thousand tokens is itself accurate.
+DEFAULT_TINY = ["--features", "ner", "--seed", "3", "--max-steps", "40", "--set", "training.dev_fraction=0",
+                "--set", "dtype=float64"]
+
+
+@pytest.fixture(scope="module")
+def default_model(corpus, tmp_path_factory) -> Path:
+    """A tiny model of the default training; do not modify."""
+    model_dir = tmp_path_factory.mktemp("tiny_default") / "model"
+    result = invoke("train", corpus, "-o", model_dir, *DEFAULT_TINY)
+    assert result.exit_code == 0, result.stderr
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def default_tagger(default_model):
+    from gpseq.tagger import Tagger
+
+    return Tagger.load(default_model)
+
+
+@pytest.fixture(scope="module")
+def long_sentence():
+    """The bundled sample's sentences run together: one labelled sentence of a few hundred tokens."""
+    from gpseq.corpora import Sentence, read_conll
+
+    sentences = read_conll(SAMPLE / "train.conll")
+    tokens = [token for s in sentences for token in s.tokens]
+    labels = [label for s in sentences for label in s.labels]
+    assert len(tokens) > 400
+    return Sentence(tokens=tokens, labels=labels)
+
+
+@pytest.mark.parametrize("max_tokens, overlap", [(5, 1), (7, 3), (10, 2), (200, 50), (1000, 50)])
+def test_sequence_windows_cover_every_token_once_with_context(max_tokens, overlap):
+    """For every length up to a few windows: windows of exactly max_tokens tokens inside the sentence,
+    consecutive ones sharing >= 2·overlap tokens; the keep ranges partition the sentence in order, and
+    every kept token has >= overlap tokens of its window on each side unless the sentence ends there."""
+    from gpseq.training.batching import sequence_windows
+
+    for length in list(range(1, 4 * max_tokens)) + [50_000]:
+        windows = sequence_windows(length, max_tokens, overlap)
+        starts, stops, keep_starts, keep_stops = windows.T
+        if length <= max_tokens:
+            assert windows.tolist() == [[0, length, 0, length]]
+            continue
+        assert (stops - starts == max_tokens).all() and starts[0] == 0 and stops[-1] == length
+        assert (stops[:-1] - starts[1:] >= 2 * overlap).all(), (length, windows)
+        assert keep_starts[0] == 0 and keep_stops[-1] == length and (keep_starts[1:] == keep_stops[:-1]).all()
+        kept = np.concatenate([np.arange(a, b) for a, b in zip(keep_starts, keep_stops)])
+        assert (kept == np.arange(length)).all()
+        for start, stop, keep_start, keep_stop in windows:
+            assert keep_start < keep_stop
+            assert start == 0 or keep_start - start >= overlap, (length, windows)
+            assert stop == length or stop - keep_stop >= overlap, (length, windows)
+
+
+def test_long_sentence_windows_match_the_whole_sentence(default_tagger, long_sentence):
+    """A sentence of a few hundred tokens in windows of 200 (50 tokens of context each side) against
+    the same sentence tagged whole (max_tokens above its length): every token's marginals agree to
+    1e-6 (linear-chain marginals forget a cut geometrically fast), the labels agree, and the stitched path's log-probability and the gold path's
+    are the whole sentence's. The check has teeth: cutting the sentence at a window edge instead
+    moves the marginals next to the cut by far more than the tolerance."""
+    from gpseq.corpora import Sentence
+
+    tokens = long_sentence.tokens
+    whole = default_tagger.tag([tokens], max_tokens=10**6)[0]
+    windowed = default_tagger.tag([tokens], max_tokens=200)[0]
+    assert windowed.probabilities.shape == whole.probabilities.shape == (len(tokens), len(default_tagger.labels))
+    assert np.abs(windowed.probabilities - whole.probabilities).max() < 1e-6
+    agree = np.mean([a == b for a, b in zip(windowed.labels, whole.labels)])
+    assert agree >= 0.98, agree
+    assert windowed.sequence_log_prob == pytest.approx(whole.sequence_log_prob, rel=1e-9, abs=1e-6)
+    gold = Sentence(tokens, [label if label in default_tagger.label_index else "O" for label in long_sentence.labels])
+    gold_whole, gold_windowed = (default_tagger.gold_log_probs([gold], max_tokens=m)[0] for m in (10**6, 200))
+    assert np.isfinite(gold_whole) and gold_windowed == pytest.approx(gold_whole, rel=1e-9, abs=1e-6)
+    # without the windows' context: the first 200 tokens alone differ from the whole near their end
+    cut = default_tagger.tag([tokens[:200]], max_tokens=10**6)[0]
+    assert np.abs(cut.probabilities[-5:] - whole.probabilities[195:200]).max() > 0.01
+
+
+def test_short_sentences_are_unchanged_when_a_long_one_is_windowed(default_tagger, long_sentence):
+    """Sentences up to max_tokens are tagged exactly as before (bit for bit), whatever else is tagged
+    with them; Monte Carlo marginals of a windowed sentence are distributions and its labels are the
+    deterministic predictive's (both Viterbi on the posterior-mean potentials)."""
+    short = long_sentence.tokens[:60]
+    alone = default_tagger.tag([short], max_tokens=200)
+    together = default_tagger.tag([long_sentence.tokens, short, short[:200]], max_tokens=200)
+    for result in (together[1], together[2]):
+        assert result.labels == alone[0].labels
+        assert np.array_equal(result.probabilities, alone[0].probabilities)
+        assert result.sequence_log_prob == alone[0].sequence_log_prob
+    mc = default_tagger.tag([long_sentence.tokens], samples=2, max_tokens=200)[0]
+    assert np.allclose(mc.probabilities.sum(-1), 1.0) and np.isfinite(mc.sequence_log_prob)
+    assert mc.sequence_log_prob <= 0.0
+    assert mc.labels == together[0].labels
+
+
+def test_window_settings_are_checked(default_tagger, long_sentence):
+    from gpseq.errors import ConfigError
+    from gpseq.tagger import TaggerConfig
+
+    with pytest.raises(ConfigError, match=r"predict_max_tokens must be > 2 \* predict_overlap \(100\), got 100"):
+        default_tagger.tag([long_sentence.tokens], max_tokens=100)
+    with pytest.raises(ConfigError, match="predict_overlap must be >= 1, got 0"):
+        TaggerConfig(predict_overlap=0).validate()
+
+
+def test_spacy_component_windows_a_long_doc(default_model, default_tagger, long_sentence):
+    """A Doc without sentence boundaries, longer than the component's max_tokens: its token
+    distributions are the whole sentence's (Tagger.tag unwindowed)."""
+    spacy = pytest.importorskip("spacy")
+    from spacy.tokens import Doc
+
+    from gpseq.errors import ConfigError
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("gpseq", name="windowed", config={"model": str(default_model), "max_tokens": 150, "task": "tag",
+                                                   "extension": "windowed_probs"})
+    doc = nlp(Doc(nlp.vocab, words=long_sentence.tokens))
+    whole = default_tagger.tag([long_sentence.tokens], max_tokens=10**6)[0]
+    probs = np.array([[token._.windowed_probs[label] for label in default_tagger.labels] for token in doc])
+    assert np.abs(probs - whole.probabilities).max() < 1e-6
+    assert np.mean([token.tag_ == label for token, label in zip(doc, whole.labels)]) >= 0.98
+    bad = spacy.blank("en")
+    bad.add_pipe("gpseq", config={"model": str(default_model), "max_tokens": 100, "extension": "bad_probs"})
+    with pytest.raises(ConfigError, match=r"max_tokens must be > 2 × the model's predict_overlap \(100\), got 100"):
+        bad(Doc(bad.vocab, words=["a", "b"]))

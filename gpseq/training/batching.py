@@ -42,7 +42,12 @@ class SequenceData:
     def subset(self, sentence_ids: np.ndarray) -> "SequenceData":
         """The sentences `sentence_ids` (in that order) as a new SequenceData."""
         sentence_ids = np.asarray(sentence_ids, dtype=np.int64)
-        starts, stops = self.offsets[sentence_ids], self.offsets[sentence_ids + 1]
+        return self.slices(self.offsets[sentence_ids], self.offsets[sentence_ids + 1])
+
+    def slices(self, starts: np.ndarray, stops: np.ndarray) -> "SequenceData":
+        """Token ranges `[starts[i], stops[i])` (flat token positions, in that order) as the
+        sequences of a new SequenceData; ranges may overlap (windows of one long sentence)."""
+        starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
         token_ids = _ranges(starts, stops)
         offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
         labels = None if self.label_ids is None else self.label_ids[token_ids]
@@ -121,6 +126,30 @@ def bucketed_batches(
     if rng is not None:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def sequence_windows(length: int, max_tokens: int, overlap: int) -> np.ndarray:
+    """Overlapping windows over a sequence of `length` tokens, for tagging it `max_tokens` at a time:
+    int64 `[W, 4]` rows (start, stop, keep_start, keep_stop), token positions, stop exclusive.
+
+    One window `[0, length)` when `length <= max_tokens`. Otherwise W windows of exactly
+    `max_tokens` tokens, the first at 0, the last ending at `length`, starts spread evenly so
+    that consecutive windows share at least 2·`overlap` tokens. The keep ranges partition
+    `[0, length)`, cut in the middle of each shared part: a token is kept from the window where
+    it is most central, with at least `overlap` tokens of its window on either side (or the
+    sentence's own start or end). Needs 1 <= overlap and 2·overlap < max_tokens."""
+    if not 1 <= overlap or 2 * overlap >= max_tokens:
+        raise ValueError(f"windows need 1 <= overlap and 2 * overlap < max_tokens; got {overlap}, {max_tokens}")
+    if length <= max_tokens:
+        return np.array([[0, length, 0, length]], dtype=np.int64)
+    stride = max_tokens - 2 * overlap
+    count = 1 + -(-(length - max_tokens) // stride)
+    starts = (np.arange(count, dtype=np.int64) * (length - max_tokens) + (count - 1) // 2) // (count - 1)
+    stops = starts + max_tokens
+    cuts = (starts[1:] + stops[:-1]) // 2  # the middle of each shared part
+    keep_starts = np.concatenate([[0], cuts])
+    keep_stops = np.concatenate([cuts, [length]])
+    return np.stack([starts, stops, keep_starts, keep_stops], axis=1)
 
 
 def token_batches(lengths: np.ndarray, max_tokens: int, max_sentences: int | None = None) -> list[np.ndarray]:
