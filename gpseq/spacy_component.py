@@ -297,20 +297,26 @@ class GpseqComponent:
     # ---- serialisation --------------------------------------------------------------------------
     def to_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> None:
         """Write the model into the pipeline directory (`<path>/model`, a gpseq model directory);
-        a model not yet loaded is copied as it is."""
+        a model not yet loaded is copied (only what gpseq wrote there, checked against its manifest).
+
+        As `Tagger.save`: written to a temporary sibling and renamed into place; an existing
+        `<path>/model` is replaced only if it is a gpseq model directory holding nothing but what
+        gpseq wrote (checked before writing and again at the replace), else `OutputError` and
+        nothing is changed. The rest of `<path>` is not touched."""
+        from gpseq.corpora._atomic import apply_umask
+        from gpseq.tagger import copy_model_files, model_dir_temp, replace_model_dir
+
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        target = path / _MODEL_SUBDIR
         if self._tagger is not None:
-            self._tagger.save(path / _MODEL_SUBDIR)
+            self._tagger.save(target)
             return
         source = _check_model_dir(self.model_path, self.name)
-        target = path / _MODEL_SUBDIR
-        tmp = Path(tempfile.mkdtemp(prefix=f".{_MODEL_SUBDIR}.tmp-", dir=path))
+        tmp = model_dir_temp(target)
         try:
-            shutil.copytree(source, tmp / _MODEL_SUBDIR)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp / _MODEL_SUBDIR, target)
+            copy_model_files(source, tmp)
+            apply_umask(tmp)
+            replace_model_dir(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -556,19 +556,7 @@ class Tagger:
             with open(tmp / "tagger.json", "w", encoding="utf-8") as handle:
                 json.dump(meta, handle, indent=2, default=_json_default)
             apply_umask(tmp)
-            _check_save_target(directory)  # again: files may have been put there during training
-            old = None
-            if os.path.lexists(directory):
-                old = directory.with_name(f".{directory.name}.old-{pid}-{secrets.token_hex(4)}")
-                os.replace(directory, old)
-                # nothing can be added to `directory` any more: a last look before deleting it
-                problem = _foreign_content(old)
-                if problem is not None:
-                    os.replace(old, directory)
-                    raise OutputError(directory, f"{problem}; refusing to replace it")
-            os.replace(tmp, directory)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            replace_model_dir(tmp, directory)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return directory
@@ -741,6 +729,59 @@ def _check_save_target(directory: str | os.PathLike) -> None:
         if problem is not None:
             raise OutputError(directory, f"{problem}; refusing to replace it")
     _writable_parent(directory)
+
+
+def model_dir_temp(directory: str | os.PathLike) -> Path:
+    """A new empty temporary sibling of `directory` to write a model directory into
+    (`.NAME.tmp-PID-…`: removed by a later save if this process dies); after checking that
+    `directory` may be replaced (`OutputError` otherwise) and removing dead saves' temporaries."""
+    directory = Path(directory)
+    _check_save_target(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(directory)
+    return Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-{os.getpid()}-", dir=directory.parent))
+
+
+def copy_model_files(source: Path, destination: Path) -> None:
+    """Copy what gpseq wrote in the model directory `source` (tagger.json and the files of its
+    manifest, checked against it; for a model without a manifest, the files `save` writes) into
+    the existing directory `destination`; anything else in `source` is left behind."""
+    meta_path = source / "tagger.json"
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
+    manifest = meta.get("files") if isinstance(meta, dict) else None
+    if manifest is not None:
+        _verify_manifest(source, meta_path, manifest)
+        names = sorted(manifest)
+    else:
+        names = sorted(name for name in _LEGACY_MODEL_FILES - {"tagger.json"} if (source / name).is_file())
+    for name in ["tagger.json", *names]:
+        (destination / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, destination / name)
+
+
+def replace_model_dir(written: Path, directory: Path) -> None:
+    """Rename the complete model directory `written` (a sibling of `directory`) onto `directory`.
+
+    `directory` is replaced only if it is absent, empty, or a gpseq model directory holding only
+    what gpseq wrote: checked now and once more after moving it aside (nothing can be added to it
+    then), so files put there at any time before are never deleted (`OutputError`, `directory`
+    left as it was)."""
+    directory = Path(directory)
+    _check_save_target(directory)  # again: files may have been put there since the first check
+    old = None
+    if os.path.lexists(directory):
+        old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(directory, old)
+        problem = _foreign_content(old)
+        if problem is not None:
+            os.replace(old, directory)
+            raise OutputError(directory, f"{problem}; refusing to replace it")
+    os.replace(written, directory)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _remove_stale_temps(directory: Path) -> None:
