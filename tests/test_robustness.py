@@ -205,6 +205,45 @@ def test_tag_replaces_an_existing_output_keeping_its_mode(model, notes, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "out.conll"]  # no temporary left
 
 
+def test_tag_output_temporary_names_the_pid_and_stale_ones_are_removed(model, notes, tmp_path, monkeypatch):
+    """`tag -o OUT` writes `.OUT.tmp-PID-RANDOM`: a temporary of a dead process is removed, one of a
+    running process (another writer of the same OUT) is left alone, and this run's own temporary,
+    named with its PID, is renamed onto OUT."""
+    target = tmp_path / "out.conll"
+    dead, alive = dead_pid(), 1
+    (tmp_path / f".out.conll.tmp-{dead}-0a0b0c0d").write_text("half written by a killed run\n")
+    (tmp_path / f".out.conll.tmp-{alive}-1a2b3c4d").write_text("being written by another run\n")
+    seen = []
+    real_write = cli._ConllWriter.write
+
+    def write(self, item, result, scheme):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        return real_write(self, item, result, scheme)
+
+    monkeypatch.setattr(cli._ConllWriter, "write", write)
+    inputs = sha(notes)
+    result = invoke("tag", model, notes, "-o", target, "--mean")
+    assert result.exit_code == 0, result.stderr
+    ours = [name for name in seen[0] if name.startswith(f".out.conll.tmp-{os.getpid()}-")]
+    assert len(ours) == 1, seen[0]
+    assert sorted(seen[0]) == sorted([f".out.conll.tmp-{alive}-1a2b3c4d", ours[0], "notes.txt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f".out.conll.tmp-{alive}-1a2b3c4d", "notes.txt", "out.conll"])
+    assert target.read_text().startswith("The\t") and sha(notes) == inputs
+
+
+def test_tag_failure_removes_its_temporary_file(model, tmp_path):
+    """A run that fails after it started writing (a bad byte on line 4, batch size 1) leaves no
+    temporary and no output."""
+    bad = tmp_path / "bad.conll"
+    bad.write_bytes("The\ncat\n\ncaf\xe9\n".encode("latin-1"))
+    before = snapshot(tmp_path)
+    result = invoke("tag", model, bad, "-o", tmp_path / "out.conll", "--batch-size", "1", "--mean")
+    assert result.exit_code == 2
+    assert one_line(result).startswith(f"error: {bad}:4:")
+    assert snapshot(tmp_path) == before
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. train -o: only a directory gpseq wrote is replaced, checked at start-up and at save time
 # ---------------------------------------------------------------------------------------------

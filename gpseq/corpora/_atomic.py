@@ -1,4 +1,8 @@
-"""Atomic file writes: a sibling temp file (normal permissions, umask applied), then os.replace."""
+"""Atomic file writes: a sibling temp file (normal permissions, umask applied), then os.replace.
+
+Temporaries are named `.NAME.tmp-PID-RANDOM`: concurrent writers (other processes, or threads of
+one) never share one, and those left by a process that was killed (its PID no longer running)
+are removed by the next write of the same file."""
 
 from __future__ import annotations
 
@@ -10,10 +14,16 @@ from pathlib import Path
 
 @contextmanager
 def atomic_target(path: str | os.PathLike):
-    """Yield an empty temp file beside `path` (mode 0o666 & ~umask); os.replace it onto `path` on success."""
+    """Yield an empty temp file `.NAME.tmp-PID-RANDOM` beside `path` (mode 0o666 & ~umask);
+    os.replace it onto `path` on success, delete it on any failure. Temporaries of the same
+    `path` left by dead processes are deleted first."""
     path = Path(path)
+    prefix = f".{path.name}.tmp-"
+    for stale in stale_temp_siblings(path.parent, (prefix,)):
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink(missing_ok=True)
     while True:
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temp = path.with_name(f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
         try:
             os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             break
