@@ -484,6 +484,144 @@ def test_tag_with_an_empty_arrays_file_is_one_line(copy, notes, tmp_path):
     assert not (tmp_path / "out.conll").exists()
 
 
+class _PicklePayload:
+    """Unpickling this creates the file `marker` (harmless stand-in for arbitrary code)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _update_manifest(model_dir: Path, name: str) -> None:
+    """Record the current size and sha256 of `name` in tagger.json (a tamperer covering its tracks)."""
+    meta = json.loads((model_dir / "tagger.json").read_text())
+    meta["files"][name] = {"sha256": sha(model_dir / name), "size": (model_dir / name).stat().st_size}
+    (model_dir / "tagger.json").write_text(json.dumps(meta, indent=2))
+
+
+@pytest.mark.parametrize("command", ["info", "tag"])
+@pytest.mark.parametrize("tamper", ["arrays-manifest-stale", "arrays-manifest-updated", "arrays-legacy",
+                                    "arrays-raw-pickle", "vocabulary-checksums-updated"])
+def test_tampered_arrays_with_a_pickle_payload_are_refused_unexecuted(copy, notes, tmp_path, tamper, command):
+    """An .npz whose array is a pickled object (or a bare pickle in its place): exit 3, one line
+    naming the file, the payload never unpickled (its marker file is not created), nothing written."""
+    import pickle
+
+    marker = tmp_path / "payload-ran"
+    evil = np.array([_PicklePayload(marker)], dtype=object)
+    model_dir = copy(manifest=tamper != "arrays-legacy")
+    if tamper.startswith("vocabulary"):
+        damaged = model_dir / "features" / "vocabulary.npz"
+        with np.load(damaged) as data:
+            arrays = {name: data[name] for name in data.files}
+        np.savez(damaged, **{**arrays, "keys_0": evil})
+        featurizer_json = model_dir / "features" / "featurizer.json"
+        meta = json.loads(featurizer_json.read_text())
+        meta["vocabulary_sha256"] = sha(damaged)
+        featurizer_json.write_text(json.dumps(meta))
+        _update_manifest(model_dir, "features/vocabulary.npz")
+        _update_manifest(model_dir, "features/featurizer.json")
+        problem = "unreadable"
+    else:
+        damaged = model_dir / "arrays.npz"
+        if tamper == "arrays-raw-pickle":
+            damaged.write_bytes(pickle.dumps(evil))
+        else:
+            with np.load(damaged) as data:
+                arrays = {name: data[name] for name in data.files}
+            np.savez(damaged, **{**arrays, "var:label_bias": evil})
+        if tamper == "arrays-manifest-stale":
+            problem = "tagger.json records"
+        else:
+            if tamper != "arrays-legacy":
+                _update_manifest(model_dir, "arrays.npz")
+            problem = "unreadable arrays"
+    before = snapshot(tmp_path)
+    args = ["info", model_dir] if command == "info" else ["tag", model_dir, notes, "-o", tmp_path / "out.conll"]
+    result = invoke(*args)
+    assert result.exit_code == 3, result.stderr
+    line = one_line(result)
+    assert line.startswith(f"error: {damaged}: ") and problem in line, line
+    assert not marker.exists()
+    assert snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input files (the cases the first sweep found handled well, kept so): one line naming file:line
+# ---------------------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+# case → (file content, {command: (line named, problem)}); a command absent here accepts the file
+BAD_INPUTS = {
+    "ragged columns": (b"The DT B-NP\ncat NN\n\n",
+                       dict.fromkeys(["train", "tag", "evaluate"], (2, "2 column(s), expected 3 (as on line 1)"))),
+    "latin-1 bytes": ("The DT B-NP\ncaf\xe9 NN I-NP\n\n".encode("latin-1"),
+                      dict.fromkeys(["train", "tag", "evaluate"], (2, "bytes b'\\xe9' at byte 4 are not valid utf-8"))),
+    "utf-16": ("The DT B-NP\n\n".encode("utf-16"),
+               dict.fromkeys(["train", "tag", "evaluate"], (1, "bytes b'\\xff' at byte 1 are not valid utf-8"))),
+    "binary (png)": (PNG, dict.fromkeys(["train", "tag", "evaluate"], (1, "bytes b'\\x89' at byte 1 are not valid utf-8"))),
+    "label column missing": (b"The\ncat\n\n", dict.fromkeys(["train", "evaluate"], (1, "label column missing"))),
+    "empty file": (b"", dict.fromkeys(["train", "evaluate"], (None, "no sentences in the file"))),
+    "blank lines only": (b"\n \n\t\n", dict.fromkeys(["train", "evaluate"], (None, "no sentences in the file"))),
+    "token column missing": (b"The DT B-NP\n\n", {"tag": (1, "token column 5 missing")}),
+}
+
+
+def _command(command: str, model_dir: Path, path: Path, out: Path) -> list:
+    if command == "train":
+        return ["train", path, "-o", out, *TINY]
+    extra = ["--token-column", "5"] if path.name.startswith("token-column") else []
+    if command == "tag":
+        return ["tag", model_dir, path, "-o", out, "--mean", *extra]
+    return ["evaluate", model_dir, path, "--mean"]
+
+
+@pytest.mark.parametrize("case, command", [(case, command) for case, (_, errors) in BAD_INPUTS.items()
+                                           for command in ("train", "tag", "evaluate")
+                                           if command in errors or command == "tag"])
+def test_bad_input_files_are_one_line_errors(model, tmp_path, case, command):
+    """Ragged columns, wrong encodings, binary data, a missing column, an empty file: exit 2 and one
+    line `error: FILE:LINE: problem` (no line for a file without sentences), nothing written; or,
+    where the command does not need what is missing, exit 0 (the input unchanged either way)."""
+    content, errors = BAD_INPUTS[case]
+    path = tmp_path / (case.replace(" ", "-").replace("(", "").replace(")", "") + ".conll")
+    path.write_bytes(content)
+    out = tmp_path / ("model" if command == "train" else "out.conll")
+    before = snapshot(tmp_path)
+    result = invoke(*_command(command, model, path, out))
+    if command not in errors:
+        assert result.exit_code == 0, result.stderr
+        assert sha(path) == before[path.name]
+        return
+    line, problem = errors[command]
+    assert result.exit_code == 2, result.stderr
+    where = f"{path}:{line}" if line is not None else f"{path}"
+    assert one_line(result).startswith(f"error: {where}: {problem}"), one_line(result)
+    assert snapshot(tmp_path) == before
+
+
+def test_bom_and_crlf_are_read_as_plain_lines(model, tmp_path):
+    """A UTF-8 byte-order mark and CRLF line ends: the tokens are the words (no U+FEFF, no CR), for
+    tag and evaluate, and the input is unchanged."""
+    path = tmp_path / "windows.conll"
+    path.write_bytes("\ufeffThe DT B-NP\r\ncommittee NN I-NP\r\n\r\napproved VBD B-VP\r\n\r\n".encode("utf-8"))
+    before = sha(path)
+    out = tmp_path / "out.jsonl"
+    result = invoke("tag", model, path, "-o", out, "--format", "jsonl", "--mean")
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(row) for row in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["tokens"] for r in records] == [["The", "committee"], ["approved"]]
+    assert [r["line"] for r in records] == [1, 4]
+    result = invoke("evaluate", model, path, "--mean", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["n_sentences"], report["n_tokens"], report["n_gold_chunks"]) == (2, 3, 2)
+    assert report["n_unseen_gold_tokens"] == 0  # the labels have no CR left on them
+    assert sha(path) == before
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. metadata validated before the model is built
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import io
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass
 from itertools import chain, repeat
 from pathlib import Path
@@ -385,11 +387,16 @@ class Featurizer:
             source: _ValueSpace(n_boundary, strings, frozen=True)
             for source, strings in zip(featurizer._sources, values)
         }
-        with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-            tables = []
-            for i, template in enumerate(featurizer._templates):
-                key_space = featurizer._key_space(template)
-                tables.append(_Table(arrays[f"keys_{i}"], arrays[f"columns_{i}"], key_space))
+        try:
+            with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
+                tables = []
+                for i, template in enumerate(featurizer._templates):
+                    key_space = featurizer._key_space(template)
+                    tables.append(_Table(arrays[f"keys_{i}"], arrays[f"columns_{i}"], key_space))
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+            # ValueError includes an object array (a pickle), which is never unpickled
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ModelFormatError(f"{npz_path}: unreadable vocabulary arrays, truncated or corrupt ({detail})") from None
         featurizer._tables = tables
         featurizer._n_features = int(data["n_features"])
         return featurizer
