@@ -423,3 +423,11 @@ def test_padded_batch_matmul_under_xla_equals_csr_product():
     expected = matrix.rows @ weights  # scipy CSR product
     for b, sid in enumerate([1, 0]):
         assert np.allclose(got[b, : lengths[b]], expected[matrix.offsets[sid] : matrix.offsets[sid + 1]])
+
+
+def test_the_token_attributes_known_without_spacy_are_spacy_token_attributes():
+    from spacy.tokens import Token
+
+    from gpseq.features.config import _COMMON_TOKEN_ATTRIBUTES
+
+    assert all(hasattr(Token, name) for name in _COMMON_TOKEN_ATTRIBUTES)

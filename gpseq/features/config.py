@@ -156,6 +156,10 @@ class FeatureConfig:
         return get_preset("crfpp", template=_read_template_file(path))
 
 
+# spaCy Token attributes the presets and most configurations use (checked against spaCy in the tests)
+_COMMON_TOKEN_ATTRIBUTES = frozenset({"tag_", "pos_", "lemma_", "dep_", "ent_type_", "ent_iob_", "norm_", "morph"})
+
+
 def check_source(source) -> None:
     """Raise ConfigError unless `source` is a lexical attribute, a column index or a Token attribute."""
     if isinstance(source, bool) or not isinstance(source, (int, str)):
@@ -164,9 +168,9 @@ def check_source(source) -> None:
         if source < 0:
             raise ConfigError(f"feature column index must be >= 0, got {source}")
         return
-    if is_lexical(source) or source.startswith("_."):
+    if is_lexical(source) or source.startswith("_.") or source in _COMMON_TOKEN_ATTRIBUTES:
         return
-    from spacy.tokens import Token
+    from spacy.tokens import Token  # (importing spaCy takes a second: the common names are known)
 
     if not hasattr(Token, source):
         raise ConfigError(
