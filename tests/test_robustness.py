@@ -1130,6 +1130,124 @@ def test_spacy_component_windows_a_long_doc(default_model, default_tagger, long_
 
 
 # ---------------------------------------------------------------------------------------------
+# Memory bounded by construction: batches, and the peak RSS of real runs on long inputs
+# ---------------------------------------------------------------------------------------------
+
+PEAK_RSS_BOUND_MB = 1536  # the issue's bound (1.5 GB) for every run below, at default settings
+
+
+def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tagger, long_sentence, monkeypatch):
+    """Every batch that reaches the compiled prediction and scoring functions holds at most
+    PREDICT_TOKENS padded tokens and sequences of at most max_tokens tokens, for sentences of
+    thousands of tokens tagged and scored next to short ones: memory bounded by construction."""
+    import gpseq.tagger as tagger_module
+
+    shapes = []
+    real_make_batch = tagger_module.make_batch
+
+    def make_batch(data, ids, **kwargs):
+        batch = real_make_batch(data, ids, **kwargs)
+        shapes.append(batch["labels"].shape)  # [B, T]
+        return batch
+
+    monkeypatch.setattr(tagger_module, "make_batch", make_batch)
+    tokens = long_sentence.tokens  # about 3,400 tokens
+    default_tagger.tag([tokens, tokens[:30], tokens[:7]], max_tokens=300)
+    default_tagger.gold_log_probs([long_sentence, long_sentence], max_tokens=300)
+    assert len(shapes) >= 4
+    assert max(T for _, T in shapes) <= 300
+    assert max(B * T for B, T in shapes) <= tagger_module.PREDICT_TOKENS
+
+
+def _unpunctuated_words(n_words: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    words = ["committee", "budget", "approved", "three", "small", "projects", "fund", "the", "on", "Tuesday"]
+    return [rng.choice(words) for _ in range(n_words)]
+
+
+def _peak_rss_mb(args: list, timeout: float = 600) -> tuple[int, float, str]:
+    """Run `args` in a fresh process: (exit code, its peak RSS in MB, stderr). The peak is the
+    child's own `ru_maxrss` from wait4 (what `getrusage(RUSAGE_CHILDREN)` reports for it)."""
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen([str(a) for a in args], stdout=subprocess.DEVNULL, stderr=stderr,
+                                   env=_subprocess_env())
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stderr.seek(0)
+        return process.returncode, usage.ru_maxrss / 1024, stderr.read().decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_peak_rss_tagging_1mb_of_unpunctuated_text(default_model, tmp_path):
+    """`gpseq tag` at default settings on 1 MB of wrapped text without a sentence boundary (past 12
+    GB before issue 14): under the bound, every word tagged."""
+    words = _unpunctuated_words(150_000)
+    lines = [" ".join(words[i:i + 12]) for i in range(0, len(words), 12)]
+    text = tmp_path / "wrapped.txt"
+    text.write_text("\n".join(lines)[:1_000_000] + "\n", encoding="utf-8")
+    out = tmp_path / "out.conll"
+    code, peak, stderr = _peak_rss_mb([sys.executable, ROOT / "cli.py", "tag", default_model, text, "-o", out])
+    assert code == 0, stderr
+    print(f"peak RSS tagging 1 MB of unpunctuated text: {peak:.0f} MB")
+    assert peak < PEAK_RSS_BOUND_MB
+    tagged = [line.split("\t")[0] for line in out.read_text(encoding="utf-8").splitlines() if line]
+    assert tagged == text.read_text(encoding="utf-8").split()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["text line", "conll sentence"])
+def test_peak_rss_tagging_a_50k_token_line(default_model, tmp_path, form):
+    """A 50,000-token line of raw text (cut into sentences of --text-max-tokens) and a 50,000-token
+    CoNLL sentence (tagged in windows of predict_max_tokens): under the bound at default settings."""
+    words = _unpunctuated_words(50_000, seed=1)
+    if form == "text line":
+        path = tmp_path / "line.txt"
+        path.write_text(" ".join(words) + "\n", encoding="utf-8")
+    else:
+        path = tmp_path / "sentence.conll"
+        path.write_text("\n".join(words) + "\n\n", encoding="utf-8")
+    out = tmp_path / "out.conll"
+    code, peak, stderr = _peak_rss_mb([sys.executable, ROOT / "cli.py", "tag", default_model, path, "-o", out])
+    assert code == 0, stderr
+    print(f"peak RSS tagging a 50k-token {form}: {peak:.0f} MB")
+    assert peak < PEAK_RSS_BOUND_MB
+    assert sum(1 for line in out.read_text(encoding="utf-8").splitlines() if line) == 50_000
+
+
+SPACY_DOC_SCRIPT = """
+import sys
+import spacy
+from spacy.tokens import Doc
+nlp = spacy.blank("en")
+nlp.add_pipe("gpseq", config={"model": sys.argv[1], "task": "tag"})
+words = open(sys.argv[2], encoding="utf-8").read().split()
+doc = nlp(Doc(nlp.vocab, words=words))
+assert len(doc) == len(words) and all(token.tag_ for token in doc)
+"""
+
+
+@pytest.mark.slow
+def test_peak_rss_spacy_component_on_a_20k_token_doc(default_model, tmp_path):
+    """A 20,000-token Doc without sentence boundaries through the component (5.35 GB before):
+    under the bound, every token tagged."""
+    pytest.importorskip("spacy")
+    words = tmp_path / "words.txt"
+    words.write_text(" ".join(_unpunctuated_words(20_000, seed=2)), encoding="utf-8")
+    code, peak, stderr = _peak_rss_mb([sys.executable, "-c", SPACY_DOC_SCRIPT, default_model, words])
+    assert code == 0, stderr
+    print(f"peak RSS of the spaCy component on a 20k-token Doc: {peak:.0f} MB")
+    assert peak < PEAK_RSS_BOUND_MB
+
+
+# ---------------------------------------------------------------------------------------------
 # spaCy component to_disk: replaces only a model directory gpseq wrote, atomically
 # ---------------------------------------------------------------------------------------------
 
