@@ -513,7 +513,7 @@ def train(
             _require_file(path)
     checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")
     _check_train_outputs(output, checkpoints)
-    from gpseq.gp.trainer import is_chief_process
+    from gpseq.training.distribute import is_chief_process
 
     chief = is_chief_process()  # multiworker: only the chief writes the model (and holds the lock)
     with _train_lock(output) if chief else contextlib.nullcontext():

@@ -35,7 +35,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from gpseq.gp import Gaussian, Trainer  # noqa: E402
+from gpseq.gp import Gaussian  # noqa: E402
+from gpseq.training.trainer import Trainer  # noqa: E402
 from gpseq.gp.deep import build_deep_gp  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -68,12 +68,12 @@ def timed_run(strategy, data, n_features, n_labels, inducing, *, batch_size, max
     """Trains a fresh model under `strategy` → (tokens/s and seconds of steps 2…n, steps, tokens in them)."""
     import tensorflow as tf
 
-    from gpseq.structured.model import ModelConfig, StructuredGP
+    from gpseq.structured.model import ModelConfig, build_structured_gp
     from gpseq.training.trainer import Trainer, TrainingConfig
 
     with strategy.scope():
-        model = StructuredGP(ModelConfig(kernel="linear+rbf"), n_features, n_labels, inducing, dtype=tf.float32)
-    model.loss = lambda batch, s: (-model.elbo(batch, len(data), 1, s), {})
+        model = build_structured_gp(ModelConfig(kernel="linear+rbf"), n_features, n_labels, inducing, tf.float32,
+                                    num_data=len(data))
     config = TrainingConfig(batch_size=batch_size, epochs=1, max_steps=max_steps, seed=seed,
                             early_stopping="none", dev_fraction=0.0, checkpoint_every=0)
     stamps = []
@@ -103,7 +103,7 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.distribute import make_strategy
 
     gpus = tf.config.list_physical_devices("GPU")
     two = make_strategy("mirrored", 2)  # before TensorFlow starts: splits the CPU when there is no GPU

@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_diabetes  # noqa: E402
 
-from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, Trainer, kmeans_inducing  # noqa: E402
+from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, kmeans_inducing  # noqa: E402
+from gpseq.training.trainer import Trainer  # noqa: E402
 
 BATCH = 256
 MIN_ROWS = 5000
@@ -88,7 +89,7 @@ def time_pair(kind, X, Y, M, steps, repeats):
     batches = _minibatches(X, Y, steps, seed=M)
     t_ours, t_theirs = np.inf, np.inf
     for _ in range(2):  # interleave: the machine is shared and noisy
-        t_ours = min(t_ours, _time_steps(trainer._step, batches, repeats))
+        t_ours = min(t_ours, _time_steps(trainer.step, batches, repeats))
         t_theirs = min(t_theirs, _time_steps(gpflow_step, batches, repeats))
     return t_ours, t_theirs
 

@@ -195,7 +195,7 @@ class Tagger:
         import tensorflow as tf
 
         from gpseq.gp.inducing import kmeans_inducing
-        from gpseq.structured.model import StructuredGP
+        from gpseq.structured.model import build_structured_gp
 
         config = config or TaggerConfig()
         config.validate()
@@ -238,7 +238,8 @@ class Tagger:
 
         strategy = make_strategy(tcfg.strategy, tcfg.devices)  # variables are created in its scope
         with strategy.scope():
-            model = StructuredGP(config.model, featurizer.n_features, len(labels), inducing, dtype=dtype)
+            model = build_structured_gp(config.model, featurizer.n_features, len(labels), inducing, dtype,
+                                        num_data=len(data), num_samples=tcfg.num_samples)
         tagger = cls(config, featurizer, labels, model)
         evaluate = None
         if dev:
@@ -252,17 +253,9 @@ class Tagger:
                 f1 = metrics.get("chunk_f1")
                 return (f1 if f1 is not None else metrics["token_accuracy"]), metrics
 
-        def loss(batch, seed):
-            elbo = model.elbo(batch, len(data), tcfg.num_samples, seed)
-            return -elbo, {}
-
-        model.loss = loss
-        model.natgrad_elbo = lambda batch, seed, q_mu, q_sqrt: model.elbo(
-            batch, len(data), tcfg.num_samples, seed, q_mu=q_mu, q_sqrt=q_sqrt)
         trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
                           strategy=strategy)
         state = trainer.fit(data, resume=resume)
-        del model.loss, model.natgrad_elbo
         tagger.scores = {
             "steps": state.step,
             "best_dev_score": state.best_score,
@@ -295,31 +288,15 @@ class Tagger:
     def _compiled(self, mean: bool):
         import tensorflow as tf
 
-        from gpseq.structured import chain
+        from gpseq.structured import predict
 
         model = self.model
         if mean and self._mean_fn is None:
-
-            def mean_fn(batch):
-                moments = model.unary_moments(batch)  # posterior mean and variance [B, T, V]
-                unary, pairwise = model.predictive_potentials(batch, moments)  # calibrated, deterministic
-                marg, log_z = chain.unary_marginals(unary, pairwise, batch["lengths"], return_log_partition=True)
-                path, _ = chain.viterbi(moments[0], model.pairwise_mean, batch["lengths"])
-                logp = chain.sequence_score(path, unary, pairwise, batch["lengths"]) - log_z
-                return marg, path, tf.minimum(logp, 0.0)
-
-            self._mean_fn = tf.function(mean_fn, input_signature=[batch_signature(model.dtype)])
+            self._mean_fn = tf.function(lambda batch: predict.predict_deterministic(model, batch),
+                                        input_signature=[batch_signature(model.dtype)])
         if not mean and self._predict_fn is None:
-
-            def predict_fn(batch, num_samples, seed):
-                marg, unary, pairwise, log_z = model.predict_marginals(batch, num_samples, seed)
-                mean_unary, mean_pairwise = model.mean_potentials(batch)
-                path, _ = chain.viterbi(mean_unary, mean_pairwise, batch["lengths"])
-                logp = _mc_log_prob(model, path, unary, pairwise, batch["lengths"], log_z)
-                return marg, path, logp
-
             self._predict_fn = tf.function(
-                predict_fn,
+                lambda batch, num_samples, seed: predict.predict_monte_carlo(model, batch, num_samples, seed),
                 input_signature=[batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32)],
             )
         return self._mean_fn if mean else self._predict_fn
@@ -441,31 +418,15 @@ class Tagger:
 
     def _compiled_gold(self):
         import tensorflow as tf
-        from gpseq._tfp import tfp
 
-        from gpseq.structured import chain
+        from gpseq.structured import predict
 
         if getattr(self, "_gold_fn", None) is None:
             model = self.model
             signature = [batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32),
                          tf.TensorSpec([], tf.bool)]
-
-            def gold_fn(batch, num_samples, seed, mean):
-                def mean_mode():
-                    unary, pairwise = model.predictive_potentials(batch)
-                    ll = chain.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"])
-                    return tf.minimum(ll, 0.0)  # float32 rounding can put a near-certain path above 0
-
-                def mc_mode():
-                    seeds = tfp.random.split_seed(seed, 2)
-                    unary = model.sample_unary(batch, num_samples, seeds[0])  # [K, S, B, T, V]
-                    pairwise = model.sample_pairwise(num_samples, seeds[1])[:, None]  # [S, 1, V, V]
-                    unary, pairwise = model.calibrate_samples(batch, unary, pairwise)
-                    return _mc_log_prob(model, batch["labels"], unary, pairwise, batch["lengths"])
-
-                return tf.cond(mean, mean_mode, mc_mode)
-
-            self._gold_fn = tf.function(gold_fn, input_signature=signature)
+            self._gold_fn = tf.function(lambda batch, num_samples, seed, mean: predict.gold_log_prob(
+                model, batch, num_samples, seed, mean), input_signature=signature)
         return self._gold_fn
 
     def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
@@ -571,7 +532,7 @@ class Tagger:
         count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
         import tensorflow as tf
 
-        from gpseq.structured.model import StructuredGP
+        from gpseq.structured.model import StructuredGP, build_structured_gp
 
         directory = Path(directory)
         meta_path = directory / "tagger.json"
@@ -607,8 +568,8 @@ class Tagger:
         arrays = _read_arrays(directory / "arrays.npz")
         _check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer, config)
         dtype = tf.float32 if config.dtype == "float32" else tf.float64
-        model = StructuredGP(config.model, meta["num_features"], len(meta["labels"]),
-                             StructuredGP.inducing_from_state(arrays), dtype=dtype)
+        model = build_structured_gp(config.model, meta["num_features"], len(meta["labels"]),
+                                    StructuredGP.inducing_from_state(arrays), dtype)
         model.set_state(arrays)
         return cls(config, featurizer, meta["labels"], model, meta.get("scores"))
 
@@ -919,27 +880,6 @@ def _check_arrays(meta_path: Path, npz_path: Path, meta: dict, arrays: dict, fea
         if shape.dtype.kind not in "iu" or [int(d) for d in shape] != [M, featurizer.n_features]:
             raise ModelFormatError(f"{npz_path}: inducing inputs of shape {shape.tolist()}, expected "
                                    f"[{M}, {featurizer.n_features}] (inducing points × features)")
-
-
-def _mc_log_prob(model, labels, unary, pairwise, lengths, log_z=None):
-    """log E_q[p(y | f)] per sequence from samples `[K, S, B, T, V]` (log-mean-exp over S, mixture over K).
-
-    Always the exact linear-chain p(y | f) (a pseudo-likelihood is a training objective, not a
-    distribution over paths); `log_z [K, S, B]` reuses the partition functions already computed."""
-    import tensorflow as tf
-
-    from gpseq.structured import chain
-
-    if log_z is None:
-        ll = chain.log_likelihood(labels, unary, pairwise, lengths)  # [K, S, B]
-    else:
-        ll = chain.sequence_score(labels, unary, pairwise, lengths) - log_z
-    # log p(y | f) ≤ 0; in float32 score − log Z of a long, near-certain path can round to +1e-5
-    ll = tf.minimum(ll, 0.0)
-    S = tf.cast(tf.shape(ll)[1], ll.dtype)
-    per_component = tf.reduce_logsumexp(ll, axis=1) - tf.math.log(S)  # [K, B]
-    log_weights = tf.math.log(model._mixture_weights())[:, None]
-    return tf.reduce_logsumexp(per_component + log_weights, axis=0)
 
 
 def _json_default(value):

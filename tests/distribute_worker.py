@@ -37,16 +37,15 @@ def synthetic_data():
 
 
 def build_model(kernel: str, data, num_samples: int = 2):
-    """A float64 StructuredGP with `loss(batch, seed)` as Tagger.train defines it."""
+    """A float64 StructuredGP whose `loss(batch, seed)` is the one Tagger.train trains."""
     import tensorflow as tf
 
-    from gpseq.structured.model import ModelConfig, StructuredGP
+    from gpseq.structured.model import ModelConfig, build_structured_gp
 
     inducing = data.rows[:6].toarray() if kernel != "linear" else None
     config = ModelConfig(kernel=kernel, num_inducing=6, initial_weight_variance=0.05)
-    model = StructuredGP(config, NUM_FEATURES, NUM_LABELS, inducing, dtype=tf.float64)
-    model.loss = lambda batch, seed: (-model.elbo(batch, len(data), num_samples, seed), {})
-    return model
+    return build_structured_gp(config, NUM_FEATURES, NUM_LABELS, inducing, tf.float64, num_data=len(data),
+                               num_samples=num_samples)
 
 
 def training_config(**overrides):
@@ -67,14 +66,13 @@ def gradient_probe(strategy, model):
     `strategy`: SGD with rate 1 from the model's current point, which is then restored."""
     import tensorflow as tf
 
-    from gpseq.gp.trainer import build_svi_step
-    from gpseq.training.distribute import distributed_batches, sequence_count
+    from gpseq.training.distribute import build_svi_step, distributed_batches
 
     variables = model.trainable_variables
     with strategy.scope():
         optimizer = tf.keras.optimizers.SGD(learning_rate=1.0)
         optimizer.build(variables)
-    step = build_svi_step(strategy, lambda b, s: model.loss(b, s)[0], variables, optimizer, size_fn=sequence_count)
+    step = build_svi_step(strategy, model.loss, variables, optimizer)
 
     def probe(data, sentence_ids, seed):
         before = values(model)
@@ -92,14 +90,14 @@ def one_device_loss_and_gradient(model, batch, seed):
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
-        loss = model.loss(batch, tf.constant(seed, tf.int32))[0]
+        loss = model.loss(batch, tf.constant(seed, tf.int32))
     return float(loss), [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
 def run_mirrored_elbo(out_path: str) -> None:
     import tensorflow as tf
 
-    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.distribute import make_strategy
     from gpseq.training.batching import make_batch
     from gpseq.training.distribute import split_batch
     from gpseq.training.trainer import Trainer
@@ -146,7 +144,7 @@ def run_mirrored_elbo(out_path: str) -> None:
 
 
 def run_mirrored_training(out_path: str) -> None:
-    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.distribute import make_strategy
     from gpseq.training.trainer import Trainer
 
     strategy = make_strategy("mirrored", 2)
@@ -172,16 +170,19 @@ def run_mirrored_training(out_path: str) -> None:
         "replicas_agree": all(np.array_equal(*[c.numpy() for c in v.values]) for v in two.trainable_variables),
     }
     report["svgp"] = svgp_mirrored_vs_one(strategy)
+    report["svgp_natgrad"] = svgp_mirrored_vs_one(strategy, natgrad_gamma=0.5)
     with open(out_path, "w") as handle:
         json.dump(report, handle)
 
 
-def svgp_mirrored_vs_one(strategy) -> dict:
-    """gpseq.gp.Trainer on an SVGP (Gaussian likelihood, closed-form ELBO): 2 replicas vs 1 device on
-    the same global batches of 50, 50, 50, 50, 10 points (the last split 5 + 5)."""
+def svgp_mirrored_vs_one(strategy, natgrad_gamma=None) -> dict:
+    """The trainer on an SVGP (Gaussian likelihood, closed-form ELBO): 2 replicas vs 1 device on the
+    same global batches of 50, 50, 50, 50, 10 points (the last split 5 + 5); with `natgrad_gamma`,
+    q(u) stepped by natural gradients from the all-reduced gradients."""
     import tensorflow as tf
 
-    from gpseq.gp import RBF, SVGP, Gaussian, Trainer
+    from gpseq.gp import RBF, SVGP, Gaussian
+    from gpseq.training.trainer import Trainer
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (210, 1))
@@ -192,11 +193,17 @@ def svgp_mirrored_vs_one(strategy) -> dict:
         return SVGP(RBF(1.0, 1.5), Gaussian(0.5), np.linspace(-3, 3, 8)[:, None], num_data=210,
                     train_inducing=True)
 
+    def losses(model, strategy=None):
+        out = []
+        Trainer(model, learning_rate=0.05, natgrad_gamma=natgrad_gamma, strategy=strategy,
+                callbacks=[lambda p: out.append(p.loss) if p.event == "step" else None]).fit(batches, max_steps=10)
+        return out
+
     single = build()
-    single_losses = Trainer(single, learning_rate=0.05).fit(batches, max_steps=10)
+    single_losses = losses(single)
     with strategy.scope():
         mirrored = build()
-    mirrored_losses = Trainer(mirrored, learning_rate=0.05, strategy=strategy).fit(batches, max_steps=10)
+    mirrored_losses = losses(mirrored, strategy)
     return {
         "loss_max_rel_diff": max(abs(a - b) / abs(a) for a, b in zip(single_losses, mirrored_losses)),
         "param_max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(values(single), values(mirrored))),
@@ -207,7 +214,7 @@ def svgp_mirrored_vs_one(strategy) -> dict:
 
 def run_training(out_path: str, checkpoint_dir: str) -> None:
     """Trains the small linear-kernel model for 2 epochs (8 steps); multiworker when TF_CONFIG is set."""
-    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.distribute import make_strategy
     from gpseq.training.trainer import Trainer
 
     strategy = make_strategy("multiworker" if os.environ.get("TF_CONFIG") else "default")

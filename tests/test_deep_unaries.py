@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from gpseq.errors import ConfigError
-from gpseq.structured.model import ModelConfig, StructuredGP
+from gpseq.structured.model import ModelConfig, build_structured_gp
 from gpseq.training.batching import SequenceData, make_batch
 
 tfd = tfp.distributions
@@ -30,8 +30,8 @@ def _tiny(kernel="paper-rbf", n_features=7, n_labels=3, Q=2, seed=0, **overrides
     Z = (rng.random((4, n_features)) < 0.5).astype(np.float64)
     Z[:, 0] = 0.0
     config = ModelConfig(kernel=kernel, num_inducing=4, unary="deep", hidden_dims=Q, **overrides)
-    model = StructuredGP(config, n_features, n_labels, Z, dtype=tf.float64)
-    for variable in model.deep.trainable_variables:  # away from the initial values
+    model = build_structured_gp(config, n_features, n_labels, Z, tf.float64)
+    for variable in model.unaries.deep.trainable_variables:  # away from the initial values
         variable.assign(variable + 0.3 * rng.standard_normal(variable.shape))
     batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, np.arange(3), dtype=np.float64).items()}
     return model, batch, dense, Z
@@ -59,14 +59,14 @@ def _layer(kernel, Z, X, q_mu, q_sqrt, jitter):
 
 def test_hidden_layer_samples_match_dense_numpy():
     model, batch, dense, Z = _tiny()
-    deep = model.deep
+    deep = model.unaries.deep
     S = 40_000
     _, H = deep.sample(batch, S, tf.constant([1, 2]), return_hidden=True)  # [S, B, T, Q]
     X, pos = _dense_tokens(batch, dense)
     q_sqrt = tf.convert_to_tensor(deep.q1.q_sqrt).numpy()[0]
-    mean, A, k_tilde, Sq = _layer(deep.kernel1, Z, X, deep.q1.q_mu.numpy()[0], q_sqrt, model.config.jitter)
+    mean, A, k_tilde, Sq = _layer(deep.kernel1, Z, X, deep.q1.q_mu.numpy()[0], q_sqrt, ModelConfig().jitter)
     mean = mean + X @ deep.mean_weights.numpy()
-    var = k_tilde[:, None] + np.einsum("nm,pmk,nk->np", A, Sq, A) + model.config.jitter
+    var = k_tilde[:, None] + np.einsum("nm,pmk,nk->np", A, Sq, A) + ModelConfig().jitter
     h = np.stack([H.numpy()[:, b, t] for b, t in pos], 1)  # [S, N, Q]
     se = np.sqrt(var / S)
     np.testing.assert_array_less(np.abs(h.mean(0) - mean), 5 * se)
@@ -78,19 +78,19 @@ def test_label_layer_given_deterministic_hidden_layer_matches_numpy_joint_moment
     unaries' per-token means, variances and cross-token covariances (through the shared q(v_2))
     equal the NumPy sparse-GP moments on the hidden inputs."""
     model, batch, dense, Z = _tiny()
-    deep = model.deep
+    deep = model.unaries.deep
     deep.kernel1.variance.assign(tf.constant(1e-12, tf.float64))
     deep.q1.q_sqrt.assign(tf.convert_to_tensor(deep.q1.q_sqrt) * 1e-6)
     S = 40_000
-    f = model.sample_unary(batch, S, tf.constant([3, 4]))[0].numpy()  # [S, B, T, V]
+    f = model.unaries.sample(batch, S, tf.constant([3, 4]))[0].numpy()  # [S, B, T, V]
     X, pos = _dense_tokens(batch, dense)
     Hd = X @ deep.mean_weights.numpy()
     q_sqrt = tf.convert_to_tensor(deep.q2.q_sqrt).numpy()[0]
     mean, A, k_tilde, Sq = _layer(deep.kernel2, deep.inducing_inputs2.numpy(), Hd, deep.q2.q_mu.numpy()[0], q_sqrt,
-                                  model.config.jitter)
-    mean = mean + model.label_bias.numpy()
+                                  ModelConfig().jitter)
+    mean = mean + model.unaries.label_bias.numpy()
     cov = np.einsum("nm,pmk,lk->pnl", A, Sq, A)  # [V, N, N] through q(v_2)
-    var = np.stack([np.diag(c) for c in cov], 1) + k_tilde[:, None] + model.config.jitter  # [N, V]
+    var = np.stack([np.diag(c) for c in cov], 1) + k_tilde[:, None] + ModelConfig().jitter  # [N, V]
     samples = np.stack([f[:, b, t] for b, t in pos], 1)  # [S, N, V]
     np.testing.assert_array_less(np.abs(samples.mean(0) - mean), 5 * np.sqrt(var / S))
     np.testing.assert_allclose(samples.var(0), var, rtol=0.05)
@@ -101,28 +101,28 @@ def test_label_layer_given_deterministic_hidden_layer_matches_numpy_joint_moment
 
 def test_kl_pieces_equal_tfp_and_elbo_is_their_difference():
     model, batch, _, _ = _tiny(kernel="linear+rbf")
-    deep = model.deep
+    deep = model.unaries.deep
     expected = 0.0
     for q in (deep.q1, deep.q2):
         loc = tf.transpose(q.q_mu[0])
         dist = tfd.MultivariateNormalTriL(loc, tf.convert_to_tensor(q.q_sqrt)[0])
         expected += tf.reduce_sum(tfd.kl_divergence(dist, tfd.MultivariateNormalDiag(tf.zeros_like(loc)))).numpy()
-    qw = tfd.Normal(model.linear.q_mu, tf.sqrt(tf.convert_to_tensor(model.linear.q_variance)))
-    pw = tfd.Normal(tf.constant(0.0, tf.float64), tf.sqrt(tf.constant(model.config.prior_variance, tf.float64)))
-    expected += tf.reduce_sum(tfd.kl_divergence(qw, pw)).numpy() + model._pairwise_kl().numpy()
+    qw = tfd.Normal(model.unaries.linear.q_mu, tf.sqrt(tf.convert_to_tensor(model.unaries.linear.q_variance)))
+    pw = tfd.Normal(tf.constant(0.0, tf.float64), tf.sqrt(tf.constant(ModelConfig().prior_variance, tf.float64)))
+    expected += tf.reduce_sum(tfd.kl_divergence(qw, pw)).numpy() + model.pairwise.kl().numpy()
     np.testing.assert_allclose(model.prior_kl().numpy(), expected, rtol=1e-10)
     seed = tf.constant([5, 6])
     ell = model.expected_log_likelihood(batch, 3, seed).numpy()
     np.testing.assert_allclose(model.elbo(batch, 30, 3, seed).numpy(), 10.0 * ell - expected, rtol=1e-10)
     with tf.GradientTape() as tape:
         loss = -model.elbo(batch, 30, 3, seed)
-    grads = tape.gradient(loss, model.deep.trainable_variables)
+    grads = tape.gradient(loss, model.unaries.deep.trainable_variables)
     assert all(g is not None for g in grads)
 
 
 def test_full_conditional_blocks_run_and_differ_from_diag():
     model, batch, _, _ = _tiny(rbf_conditional="full")
-    f = model.sample_unary(batch, 2, tf.constant([0, 1]))
+    f = model.unaries.sample(batch, 2, tf.constant([0, 1]))
     assert f.shape == (1, 2, 3, 4, 3) and np.all(np.isfinite(f.numpy()))
 
 
@@ -130,7 +130,7 @@ def test_configuration_errors():
     with pytest.raises(ConfigError):
         ModelConfig(unary="deeper").validate()
     with pytest.raises(ConfigError):
-        StructuredGP(ModelConfig(kernel="linear", unary="deep"), 5, 2, None)
+        build_structured_gp(ModelConfig(kernel="linear", unary="deep"), 5, 2, None)
     with pytest.raises(ConfigError):
         _tiny(num_components=2)
     with pytest.raises(ConfigError):
@@ -161,7 +161,7 @@ def test_tagger_with_deep_unaries_learns_the_sample(sample_dir, tmp_path):
     assert report["token_accuracy"] > majority + 0.2
     tagger.save(tmp_path / "model")
     loaded = Tagger.load(tmp_path / "model")
-    assert loaded.model.deep is not None
+    assert loaded.model.unaries.deep is not None
     for a, b in zip(tagger.tag(test[:10]), loaded.tag(test[:10])):
         assert a.labels == b.labels
         np.testing.assert_allclose(a.probabilities, b.probabilities, rtol=1e-4, atol=1e-6)

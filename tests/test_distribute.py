@@ -105,7 +105,7 @@ def test_batch_plan_covers_each_epoch_once_and_resumes_mid_epoch():
 
 
 def test_strategy_configuration_errors(monkeypatch):
-    from gpseq.gp.trainer import make_strategy
+    from gpseq.training.distribute import make_strategy
 
     with pytest.raises(ConfigError, match="strategy must be one of"):
         TrainingConfig(strategy="ring").validate()
@@ -122,7 +122,7 @@ def test_strategy_configuration_errors(monkeypatch):
 
 
 def test_chief_process_from_tf_config():
-    from gpseq.gp.trainer import is_chief_process
+    from gpseq.training.distribute import is_chief_process
 
     workers = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
     assert is_chief_process("")
@@ -163,10 +163,11 @@ def test_mirrored_two_logical_cpus_train_like_one_device(tmp_path):
     assert training["moved_max_abs"] > 0.05  # training did change the parameters
     assert training["two_vs_one_max_abs_diff"] < 1e-9
     assert training["resumed_vs_one_max_abs_diff"] < 1e-9
-    svgp = report["svgp"]  # the GP core's trainer: a tf.data dataset of global batches, split per replica
-    assert svgp["steps"] == 10 and svgp["moved_max_abs"] > 0.05
-    assert svgp["loss_max_rel_diff"] < 1e-12
-    assert svgp["param_max_abs_diff"] < 1e-9
+    for case in ("svgp", "svgp_natgrad"):  # a tf.data dataset of global batches, split per replica
+        svgp = report[case]  # (svgp_natgrad: natural-gradient steps on q(u) from all-reduced gradients)
+        assert svgp["steps"] == 10 and svgp["moved_max_abs"] > 0.05
+        assert svgp["loss_max_rel_diff"] < 1e-12
+        assert svgp["param_max_abs_diff"] < 1e-9
 
 
 def test_multiworker_two_processes_train_like_one(tmp_path):

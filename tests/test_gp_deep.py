@@ -13,7 +13,7 @@ from gpseq.gp.deep import DeepGP, GPLayer, build_deep_gp
 from gpseq.gp.kernels import RBF
 from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
 from gpseq.gp.models import SVGP
-from gpseq.gp.trainer import Trainer
+from gpseq.training.trainer import Trainer
 
 
 def _data(seed=0, N=30, kind="regression"):
@@ -126,8 +126,11 @@ def test_training_improves_elbo_under_xla_and_mixture_prediction():
     model = build_deep_gp(X, 1, Gaussian(0.1), num_layers=2, num_inducing=8, num_samples=2, seed=1)
     assert [layer.output_dims for layer in model.layers] == [2, 1]
     before = np.mean([model.elbo((X, Y), num_samples=32, seed=(0, i)).numpy() for i in range(3)])
-    trainer = Trainer(model, learning_rate=0.02, jit_compile=True)
-    losses = trainer.fit([(tf.constant(X), tf.constant(Y))], 100)
+    losses = []
+    trainer = Trainer(model, learning_rate=0.02, jit_compile=True,
+                      callbacks=[lambda p: losses.append(p.loss) if p.event == "step" else None])
+    trainer.fit([(tf.constant(X), tf.constant(Y))], 100)
+    assert len(losses) == 100
     assert np.all(np.isfinite(losses))
     after = np.mean([model.elbo((X, Y), num_samples=32, seed=(0, i)).numpy() for i in range(3)])
     assert after > before + 10.0

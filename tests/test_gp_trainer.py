@@ -1,4 +1,5 @@
-"""Trainer: Adam and Adam + natural gradients fit an SVGP; non-finite losses raise NumericalError."""
+"""Trainer on the GP core: Adam and Adam + natural gradients fit an SVGP, one natural-gradient step
+against its closed form on a conjugate Gaussian case, non-finite losses raise NumericalError."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gpseq.errors import NumericalError
 from gpseq.gp.kernels import RBF
 from gpseq.gp.likelihoods import Gaussian
 from gpseq.gp.models import SGPR, SVGP
-from gpseq.gp.trainer import Trainer
+from gpseq.training.trainer import Trainer
 
 
 def _data():
@@ -27,9 +28,15 @@ def test_natgrad_plus_adam_approaches_the_collapsed_bound():
     X, Y = _data()
     Z = np.linspace(-3, 3, 12)[:, None]
     model = SVGP(RBF(1.0, 0.7), Gaussian(0.05), Z, num_data=200)
-    seen = []
-    trainer = Trainer(model, learning_rate=0.0, natgrad_gamma=0.5)  # hyperparameters fixed: q(u) only
-    losses = trainer.fit(_batches(X, Y), max_steps=40, callbacks=[lambda step, loss: seen.append(step)])
+    seen, losses = [], []
+
+    def record(progress):
+        if progress.event == "step":
+            seen.append(progress.step)
+            losses.append(progress.loss)
+
+    trainer = Trainer(model, learning_rate=0.0, natgrad_gamma=0.5, callbacks=[record])  # q(u) only
+    trainer.fit(_batches(X, Y), max_steps=40)
     assert len(losses) == 40 and seen == list(range(1, 41))
     bound = float(SGPR(RBF(1.0, 0.7), (X, Y), Z, noise_variance=0.05).elbo())
     elbo = float(model.elbo((X, Y)))
@@ -53,3 +60,60 @@ def test_non_finite_loss_raises_numerical_error():
     model = SVGP(RBF(1.0, 1.0), Gaussian(0.1), np.linspace(-3, 3, 5)[:, None])
     with pytest.raises(NumericalError):
         Trainer(model).step((X, Y * np.nan))
+
+
+def _rbf(A, B, variance, lengthscale):
+    return variance * np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / lengthscale**2)
+
+
+def _conjugate_case(full_cov, whiten):
+    """An SVGP on 30 points with Gaussian noise and its NumPy precision Λ and b of q's Gaussian
+    target, Λ = P + AᵀA / σ², b = Aᵀy / σ² (A = K_xz L⁻ᵀ, P = I whitened; A = K_xz K_zz⁻¹, P = K_zz⁻¹ else)."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, size=(30, 1))
+    Y = np.sin(2 * X) + 0.1 * rng.normal(size=X.shape)
+    Z = np.linspace(-3, 3, 6)[:, None]
+    noise, jitter = 0.1, 1e-6
+    model = SVGP(RBF(1.3, 0.8), Gaussian(noise), Z, num_data=30, full_cov=full_cov, whiten=whiten, jitter=jitter)
+    kzz = _rbf(Z, Z, 1.3, 0.8) + jitter * np.eye(6)
+    kxz = _rbf(X, Z, 1.3, 0.8)
+    if whiten:
+        A, prior_precision = np.linalg.solve(np.linalg.cholesky(kzz), kxz.T).T, np.eye(6)
+    else:
+        A, prior_precision = np.linalg.solve(kzz, kxz.T).T, np.linalg.inv(kzz)
+    precision = prior_precision + A.T @ A / noise
+    return model, (X, Y), precision, A.T @ Y[:, 0] / noise
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_one_natural_gradient_step_of_size_one_gives_the_exact_posterior(whiten):
+    # full batch, conjugate Gaussian likelihood: θ ← θ + ∂ELBO/∂η lands on q(u) = N(Λ⁻¹ b, Λ⁻¹)
+    model, batch, precision, b = _conjugate_case(full_cov=True, whiten=whiten)
+    model.q.q_mu.assign(np.full((1, 6, 1), 0.4))
+    trainer = Trainer(model, learning_rate=0.0, natgrad_gamma=1.0)
+    trainer.step(batch)
+    covariance = np.linalg.inv(precision)
+    np.testing.assert_allclose(model.q.q_mu.numpy()[0, :, 0], covariance @ b, rtol=1e-6, atol=1e-8)
+    scale = tf.convert_to_tensor(model.q.q_sqrt).numpy()[0, 0]
+    np.testing.assert_allclose(scale @ scale.T, covariance, rtol=1e-6, atol=1e-8)
+
+
+def test_diagonal_natural_gradient_step_of_size_one_is_a_jacobi_step():
+    # q(v) = N(m, diag s): one step with γ = 1 gives s = 1 / diag Λ and m = (b − (Λ − diag Λ) m₀) / diag Λ
+    model, batch, precision, b = _conjugate_case(full_cov=False, whiten=True)
+    start = np.linspace(-0.5, 0.5, 6)
+    model.q.q_mu.assign(start.reshape(1, 6, 1))
+    Trainer(model, learning_rate=0.0, natgrad_gamma=1.0).step(batch)
+    diagonal = np.diag(precision)
+    expected = (b - (precision - np.diag(diagonal)) @ start) / diagonal
+    np.testing.assert_allclose(model.q.q_mu.numpy()[0, :, 0], expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(tf.convert_to_tensor(model.q.q_sqrt).numpy()[0, :, 0] ** 2, 1.0 / diagonal,
+                               rtol=1e-6)
+
+
+def test_natural_gradients_are_refused_for_a_mixture_q():
+    from gpseq.errors import ConfigError
+
+    model = SVGP(RBF(1.0, 1.0), Gaussian(0.1), np.linspace(-3, 3, 5)[:, None], num_components=2)
+    with pytest.raises(ConfigError, match="single-Gaussian"):
+        Trainer(model, natgrad_gamma=0.5)

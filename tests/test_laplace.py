@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 from gpseq.structured import chain
-from gpseq.structured.model import ModelConfig, StructuredGP
+from gpseq.structured.model import ModelConfig, build_structured_gp
 from gpseq.structured.scaled_chain import forward_backward
 from gpseq.training.calibration import fit_calibration
 from gpseq.training.batching import SequenceData, make_batch, token_batches
@@ -56,7 +56,7 @@ def _synthetic(rng, n_seq=12, V=3, D=9, max_len=5):
 
 
 def _model(D, V):
-    return StructuredGP(ModelConfig(kernel="linear"), D, V, None, dtype=tf.float64)
+    return build_structured_gp(ModelConfig(kernel="linear"), D, V, None, tf.float64)
 
 
 def test_objective_value_and_gradient_equal_autodiff_of_the_chain_likelihood():
@@ -130,8 +130,8 @@ def test_map_is_a_stationary_point_and_the_laplace_variance_inverts_the_exact_he
                 bias_prior_variance=5.0, max_iterations=500, tolerance=1e-14)
     support = observed_pairs(data, V)
     batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
-    w_obs = tf.Variable(model.linear.q_mu.numpy().ravel()[support])
-    b, p = tf.Variable(model.label_bias.numpy()), tf.Variable(model.pairwise_mean.numpy())
+    w_obs = tf.Variable(model.unaries.linear.q_mu.numpy().ravel()[support])
+    b, p = tf.Variable(model.unaries.label_bias.numpy()), tf.Variable(model.pairwise.mean.numpy())
     with tf.GradientTape(persistent=True) as outer:
         with tf.GradientTape() as tape:
             w = tf.reshape(tf.scatter_nd(support[:, None], w_obs, [D * V]), [D, V])
@@ -143,14 +143,14 @@ def test_map_is_a_stationary_point_and_the_laplace_variance_inverts_the_exact_he
         grad = tape.gradient(objective, w_obs)
     assert np.abs(grad.numpy()).max() < 1e-5
     hessian_diag = np.diag(outer.jacobian(grad, w_obs).numpy())  # exact: features fire ≤ once per token
-    variance = model.linear.q_variance.numpy().ravel()
+    variance = model.unaries.linear.q_variance.numpy().ravel()
     # the Laplace variance uses the Fisher diagonal F_ii = Σ_t x² p(1−p) — the exact Hessian diagonal
     # of −log p when no feature fires twice within a sequence; check it where that holds
     once = _fires_once_per_sequence(data, support, V)
     np.testing.assert_allclose(variance[support][once], 1.0 / hessian_diag[once], rtol=1e-6)
     assert once.sum() > 10
     unseen = np.setdiff1d(np.arange(D * V), support)
-    assert np.all(model.linear.q_mu.numpy().ravel()[unseen] == 0.0)
+    assert np.all(model.unaries.linear.q_mu.numpy().ravel()[unseen] == 0.0)
 
 
 def _fires_once_per_sequence(data, support, V):
@@ -176,8 +176,8 @@ def test_calibration_recovers_a_known_temperature():
     data = SequenceData(sp.csr_matrix((np.ones(N), (np.arange(N), features)), shape=(N, D)),
                         np.arange(N + 1, dtype=np.int64), labels)  # one-token sequences: the chain is a softmax
     model = _model(D, V)
-    model.linear.q_mu.assign(w)
-    model.linear.q_variance.assign(np.full((D, V), 1e-12))
+    model.unaries.linear.q_mu.assign(w)
+    model.unaries.linear.q_variance.assign(np.full((D, V), 1e-12))
     fitted = fit_calibration(model, data)
     assert fitted["temperature"] == pytest.approx(2.0, rel=0.06)
     assert fitted["dev_token_nll"] < fitted["dev_token_nll_uncalibrated"]
@@ -188,11 +188,11 @@ def test_unary_moments_match_monte_carlo_over_the_weight_posterior():
     data = _synthetic(rng, n_seq=4)
     D, V = data.rows.shape[1], 3
     model = _model(D, V)
-    model.linear.q_mu.assign(rng.normal(size=(D, V)))
-    model.linear.q_variance.assign(rng.uniform(0.1, 0.5, size=(D, V)))
+    model.unaries.linear.q_mu.assign(rng.normal(size=(D, V)))
+    model.unaries.linear.q_variance.assign(rng.uniform(0.1, 0.5, size=(D, V)))
     batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
-    mean, variance = model.unary_moments(batch)
-    draws = model.sample_unary(batch, 20000, tf.constant([1, 2], tf.int32))[0].numpy()  # [S, B, T, V]
+    mean, variance = model.unaries.moments(batch)
+    draws = model.unaries.sample(batch, 20000, tf.constant([1, 2], tf.int32))[0].numpy()  # [S, B, T, V]
     mask = tf.sequence_mask(batch["lengths"]).numpy()
     np.testing.assert_allclose(draws.mean(0)[mask], mean.numpy()[mask], atol=0.03)
     np.testing.assert_allclose(draws.var(0)[mask], variance.numpy()[mask], rtol=0.05)

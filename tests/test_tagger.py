@@ -13,7 +13,8 @@ import tensorflow_probability as tfp
 
 from gpseq.corpora.types import Sentence
 from gpseq.features import Featurizer, get_preset
-from gpseq.structured.model import ModelConfig, StructuredGP
+from gpseq.structured.likelihoods import BlackBoxLikelihood
+from gpseq.structured.model import ModelConfig, build_structured_gp
 from gpseq.tagger import Tagger, TaggerConfig
 from gpseq.training.batching import SequenceData, make_batch
 from gpseq.training.trainer import TrainingConfig
@@ -37,12 +38,13 @@ def _tiny_data(seed=0, n_seq=4, max_len=3, n_features=6, n_labels=2):
     return SequenceData(rows, offsets, labels), dense
 
 
-def _tiny_model(kernel="linear+rbf", n_features=6, n_labels=2, seed=0, **overrides):
+def _tiny_model(kernel="linear+rbf", n_features=6, n_labels=2, seed=0, likelihood=None, **overrides):
     rng = np.random.default_rng(seed + 100)
     config = ModelConfig(kernel=kernel, num_inducing=3, rbf_conditional="full", **overrides)
     Z = (rng.random((3, n_features)) < 0.5).astype(np.float64)
     Z[:, 0] = 0.0
-    model = StructuredGP(config, n_features, n_labels, Z if config.has_inducing else None, dtype=tf.float64)
+    model = build_structured_gp(config, n_features, n_labels, Z if config.has_inducing else None, tf.float64,
+                                likelihood=likelihood)
     # move the variational parameters away from their initial values
     for variable in model.trainable_variables:
         variable.assign(variable + 0.3 * rng.standard_normal(variable.shape))
@@ -56,12 +58,12 @@ def _batch(data):
 def test_pairwise_and_weight_kl_equal_tfp_closed_form():
     model, _ = _tiny_model(kernel="linear")
     V = model.num_labels
-    q = tfd.Normal(model.pairwise_mean, tf.sqrt(tf.convert_to_tensor(model.pairwise_variance)))
-    p = tfd.Normal(tf.zeros([V, V], tf.float64), tf.sqrt(tf.constant(model.config.pairwise_prior_variance, tf.float64)))
+    q = tfd.Normal(model.pairwise.mean, tf.sqrt(tf.convert_to_tensor(model.pairwise.variance)))
+    p = tfd.Normal(tf.zeros([V, V], tf.float64), tf.sqrt(tf.constant(ModelConfig().pairwise_prior_variance, tf.float64)))
     expected = tf.reduce_sum(tfd.kl_divergence(q, p))
-    np.testing.assert_allclose(model._pairwise_kl().numpy(), expected.numpy(), rtol=1e-12)
-    qw = tfd.Normal(model.linear.q_mu, tf.sqrt(tf.convert_to_tensor(model.linear.q_variance)))
-    pw = tfd.Normal(tf.constant(0.0, tf.float64), tf.sqrt(tf.constant(model.config.prior_variance, tf.float64)))
+    np.testing.assert_allclose(model.pairwise.kl().numpy(), expected.numpy(), rtol=1e-12)
+    qw = tfd.Normal(model.unaries.linear.q_mu, tf.sqrt(tf.convert_to_tensor(model.unaries.linear.q_variance)))
+    pw = tfd.Normal(tf.constant(0.0, tf.float64), tf.sqrt(tf.constant(ModelConfig().prior_variance, tf.float64)))
     total = expected + tf.reduce_sum(tfd.kl_divergence(qw, pw))
     np.testing.assert_allclose(model.prior_kl().numpy(), total.numpy(), rtol=1e-10)
 
@@ -70,20 +72,20 @@ def _unary_gaussians(model, Z, dense, data):
     """Exact per-sequence Gaussian of the unaries, computed densely in NumPy (seed eqs. 15–18)."""
     import scipy.linalg
 
-    mu = model.linear.q_mu.numpy()
-    s = np.asarray(model.linear.q_variance)
-    bias = model.label_bias.numpy()
-    variance = float(tf.convert_to_tensor(model.kernel.variance))
-    lengthscale = float(np.squeeze(tf.convert_to_tensor(model.kernel.lengthscales)))
+    mu = model.unaries.linear.q_mu.numpy()
+    s = np.asarray(model.unaries.linear.q_variance)
+    bias = model.unaries.label_bias.numpy()
+    variance = float(tf.convert_to_tensor(model.unaries.sparse.kernel.variance))
+    lengthscale = float(np.squeeze(tf.convert_to_tensor(model.unaries.sparse.kernel.lengthscales)))
 
     def rbf(a, b):
         d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
         return variance * np.exp(-0.5 * d2 / lengthscale**2)
 
-    kzz = rbf(Z, Z) + model.config.jitter * np.eye(len(Z))
+    kzz = rbf(Z, Z) + ModelConfig().jitter * np.eye(len(Z))
     L = np.linalg.cholesky(kzz)
-    q_mu = model.inducing.q_mu.numpy()[0]  # [M, V] whitened
-    q_sqrt = np.asarray(model._inducing_scale())[0]  # [V, M, M]
+    q_mu = model.unaries.sparse.q.q_mu.numpy()[0]  # [M, V] whitened
+    q_sqrt = tf.convert_to_tensor(model.unaries.sparse.q.q_sqrt).numpy()[0]  # [V, M, M]
     out = []
     for b in range(len(data)):
         X = dense[data.offsets[b] : data.offsets[b + 1]]
@@ -116,8 +118,8 @@ def test_expected_log_likelihood_matches_independent_monte_carlo():
     # independent: exact T_n-dimensional Gaussians (NumPy), numpy sampling, brute-force chain
     rng = np.random.default_rng(0)
     gaussians = _unary_gaussians(model, Z, dense, data)
-    pair_mean = model.pairwise_mean.numpy()
-    pair_sd = np.sqrt(np.asarray(model.pairwise_variance))
+    pair_mean = model.pairwise.mean.numpy()
+    pair_sd = np.sqrt(np.asarray(model.pairwise.variance))
     n = 2000
     total = 0.0
     for b, (means, covs) in enumerate(gaussians):
@@ -133,9 +135,8 @@ def test_expected_log_likelihood_matches_independent_monte_carlo():
     assert abs(estimate - total) < 0.05 * abs(total) + 0.05
 
 
-def _gradients(model, batch, estimator, n_rep, num_samples):
-    model.config.estimator = estimator
-    variables = [model.linear.q_mu, model.pairwise_mean]
+def _gradients(model, batch, n_rep, num_samples):
+    variables = [model.unaries.linear.q_mu, model.pairwise.mean]
     grads = []
     for rep in range(n_rep):
         with tf.GradientTape() as tape:
@@ -146,10 +147,11 @@ def _gradients(model, batch, estimator, n_rep, num_samples):
 
 def test_score_function_gradients_agree_with_pathwise_in_expectation_and_cv_reduces_variance():
     data, _ = _tiny_data(seed=5, n_seq=2)
-    model, _ = _tiny_model(kernel="linear", seed=5)
+    model, _ = _tiny_model(kernel="linear", seed=5)  # the same variables under either estimator
+    model_score, _ = _tiny_model(kernel="linear", seed=5, estimator="score")
     batch = _batch(data)
-    path = _gradients(model, batch, "pathwise", 200, 8)
-    score = _gradients(model, batch, "score", 200, 8)
+    path = _gradients(model, batch, 200, 8)
+    score = _gradients(model_score, batch, 200, 8)
     mean_path, mean_score = path.mean(0), score.mean(0)
     se = np.sqrt(path.var(0) / len(path) + score.var(0) / len(score))
     active = se > 0
@@ -166,7 +168,7 @@ def test_score_function_gradients_agree_with_pathwise_in_expectation_and_cv_redu
 
     estimators.score_function_surrogate = no_cv
     try:
-        without_cv = _gradients(model, batch, "score", 200, 8).var(0).sum()
+        without_cv = _gradients(model_score, batch, 200, 8).var(0).sum()
     finally:
         estimators.score_function_surrogate = original
     assert with_cv < 0.8 * without_cv, (with_cv, without_cv)
@@ -175,7 +177,6 @@ def test_score_function_gradients_agree_with_pathwise_in_expectation_and_cv_redu
 def test_black_box_numpy_likelihood_trains_with_score_estimator():
     """A likelihood TensorFlow cannot differentiate (tf.numpy_function) still gets gradients."""
     data, _ = _tiny_data(seed=2, n_seq=3)
-    model, _ = _tiny_model(kernel="linear", seed=2, estimator="score")
 
     def numpy_chain_log_lik(labels, unary, pairwise, lengths):
         lead = unary.shape[:-3]
@@ -187,15 +188,21 @@ def test_black_box_numpy_likelihood_trains_with_score_estimator():
             out[index] = _brute_log_lik(labels[b, :T], unary[index][:T], pw[index])
         return out
 
-    model.black_box_log_likelihood = numpy_chain_log_lik
+    black_box = BlackBoxLikelihood(numpy_chain_log_lik)
+    model, _ = _tiny_model(kernel="linear", seed=2, estimator="score", likelihood=black_box)
     batch = _batch(data)
     with tf.GradientTape() as tape:
         ell_box = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
-    grads = tape.gradient(ell_box, [model.linear.q_mu])
+    grads = tape.gradient(ell_box, [model.unaries.linear.q_mu])
     assert grads[0] is not None and np.abs(tf.convert_to_tensor(grads[0]).numpy()).sum() > 0
-    model.black_box_log_likelihood = None
-    ell_tf = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
+    exact, _ = _tiny_model(kernel="linear", seed=2, estimator="score")  # the same variables, the built-in chain
+    ell_tf = exact.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
     np.testing.assert_allclose(ell_box.numpy(), ell_tf.numpy(), rtol=1e-8)
+    # the pathwise estimator would get no likelihood gradient through it: refused
+    from gpseq.errors import ConfigError
+
+    with pytest.raises(ConfigError, match='estimator="score"'):
+        _tiny_model(kernel="linear", seed=2, likelihood=black_box)
 
 
 # ---- the Tagger end to end on the bundled sample -------------------------------------------------
@@ -276,23 +283,6 @@ def test_score_function_runs_with_full_covariance_and_single_sample():
         assert grads and all(np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)
 
 
-def test_elbo_at_overridden_q_u_equals_elbo_at_the_same_variables():
-    # natural-gradient steps evaluate the ELBO at q(u) parameters given as tensors
-    data, _ = _tiny_data(n_seq=3, max_len=4, n_features=8, n_labels=3)
-    for full in (True, False):
-        model, _ = _tiny_model(n_features=8, n_labels=3, full_covariance=full)
-        batch = _batch(data)
-        seed = tf.constant([3, 4])
-        plain = float(model.elbo(batch, 10, 4, seed))
-        q_mu = tf.convert_to_tensor(model.inducing.q_mu)
-        q_sqrt = tf.convert_to_tensor(model.inducing.q_sqrt)
-        assert abs(float(model.elbo(batch, 10, 4, seed, q_mu=q_mu, q_sqrt=q_sqrt)) - plain) < 1e-9
-        # a different mean changes the ELBO, and the variables are left untouched afterwards
-        moved = float(model.elbo(batch, 10, 4, seed, q_mu=q_mu + 1.0, q_sqrt=q_sqrt))
-        assert abs(moved - plain) > 1e-3
-        assert abs(float(model.elbo(batch, 10, 4, seed)) - plain) < 1e-9
-
-
 def test_one_token_sentences_tag_and_train():
     # a batch whose longest sentence has one token (the chain pads the time axis internally)
     from gpseq.corpora.types import Sentence
@@ -301,7 +291,9 @@ def test_one_token_sentences_tag_and_train():
     model, _ = _tiny_model(n_features=6, n_labels=2)
     batch = _batch(data)
     assert batch["values"].shape[1] == 1 and int(tf.reduce_max(batch["lengths"])) == 1
-    marg, _, _, log_z = model.predict_marginals(batch, 4, tf.constant([0, 1]))
+    from gpseq.structured.predict import monte_carlo_marginals
+
+    marg, _, _, log_z = monte_carlo_marginals(model, batch, 4, tf.constant([0, 1]))
     assert marg.shape == (3, 1, 2)
     np.testing.assert_allclose(tf.reduce_sum(marg[:, 0], -1).numpy(), 1.0, atol=1e-9)
     with tf.GradientTape() as tape:
@@ -323,7 +315,7 @@ def test_one_token_sentences_tag_and_train():
 def test_mc_sequence_log_probability_of_a_near_certain_long_path_is_not_positive():
     # float32: score − log Z of a long path with huge potentials rounds above 0 without the clamp
     from gpseq.structured import chain
-    from gpseq.tagger import _mc_log_prob
+    from gpseq.structured.predict import mc_log_prob
 
     rng = np.random.default_rng(0)
     K, S, B, T, V = 1, 4, 8, 60, 5
@@ -332,34 +324,25 @@ def test_mc_sequence_log_probability_of_a_near_certain_long_path_is_not_positive
     pairwise = rng.standard_normal((S, 1, V, V)).astype(np.float32)
     lengths = np.full(B, T, np.int32)
 
-    class _One:
-        def _mixture_weights(self):
-            return tf.ones([1], tf.float32)
-
     _, log_z = chain.unary_marginals(unary, pairwise, lengths, return_log_partition=True)
     raw = chain.sequence_score(labels, unary, pairwise, lengths) - log_z
-    logp = _mc_log_prob(_One(), labels, unary, pairwise, lengths, log_z).numpy()
+    logp = mc_log_prob(labels, unary, pairwise, lengths, tf.ones([1], tf.float32), log_z).numpy()
     assert np.all(logp <= 0.0) and np.all(np.isfinite(logp))
     np.testing.assert_allclose(logp, 0.0, atol=1e-3)  # the path is near-certain
     assert raw.shape == (K, S, B)
 
 
 def test_natural_gradient_step_on_q_u_increases_the_elbo_and_trains_the_tagger(sample_dir):
-    from gpseq.gp.natgrad import natgrad_step
+    from gpseq.gp.natgrad import NaturalGradient
 
     data, _ = _tiny_data(n_seq=4, max_len=4, n_features=8, n_labels=3)
     model, _ = _tiny_model(n_features=8, n_labels=3)
     batch = _batch(data)
     seed = tf.constant([5, 6])  # common random numbers: the ELBO is a deterministic function of q(u)
 
-    class View:
-        q = model.inducing
-
-        def elbo(self, batch, q_mu, q_sqrt):
-            return model.elbo(batch, 4, 8, seed, q_mu=q_mu, q_sqrt=q_sqrt)
-
     before = float(model.elbo(batch, 4, 8, seed))
-    natgrad_step(View(), batch, 0.02)  # a small step along the natural gradient ascends
+    # a small step along the natural gradient ascends
+    NaturalGradient(0.02).minimize(lambda: -model.elbo(batch, 4, 8, seed), model.variational_parameters())
     after = float(model.elbo(batch, 4, 8, seed))
     assert after > before
 
@@ -371,8 +354,25 @@ def test_natural_gradient_step_on_q_u_increases_the_elbo_and_trains_the_tagger(s
     tagger = Tagger.train(train, config)
     assert tagger.scores["skipped_steps"] == 0
     # Adam does not touch q(u) here: it moved from its zero initial mean by natural-gradient steps
-    assert np.abs(tagger.model.inducing.q_mu.numpy()).max() > 1e-3
+    assert np.abs(tagger.model.unaries.sparse.q.q_mu.numpy()).max() > 1e-3
     accuracy = tagger.evaluate(train).to_dict()["token_accuracy"]
     majority = max(np.unique(np.concatenate([s.labels for s in train]), return_counts=True)[1]) / sum(
         len(s) for s in train)
     assert accuracy > majority
+
+
+def test_mixture_components_without_an_inducing_gp_leave_the_model_a_single_gaussian():
+    # K > 1 only shapes q(u); with the weight-space kernel alone there is no q(u), so the expected
+    # log-likelihood equals the K = 1 model's (it was multiplied by K) and prediction runs
+    from gpseq.structured.predict import monte_carlo_marginals
+
+    data, _ = _tiny_data(seed=4, n_seq=3)
+    batch = _batch(data)
+    single, _ = _tiny_model(kernel="linear", seed=4)
+    mixture, _ = _tiny_model(kernel="linear", seed=4, num_components=2)
+    seed = tf.constant([2, 3])
+    np.testing.assert_allclose(mixture.expected_log_likelihood(batch, 4, seed).numpy(),
+                               single.expected_log_likelihood(batch, 4, seed).numpy(), rtol=1e-12)
+    marg, _, _, _ = monte_carlo_marginals(mixture, batch, 4, seed)
+    np.testing.assert_allclose(tf.reduce_sum(marg, -1).numpy()[data.lengths[:, None] > np.arange(marg.shape[1])],
+                               1.0, atol=1e-9)

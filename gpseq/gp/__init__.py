@@ -1,6 +1,6 @@
 """The shared sparse-GP core: kernels (dense and padded sparse inputs), the weight-space linear GP,
 K-means inducing inputs, variational q(u) (mixtures), conditionals (seed eqs. 15–18), likelihoods,
-SVGP / SGPR / FITC, natural gradients and a small trainer."""
+SVGP / SGPR / FITC, natural gradients and deep GPs. Train them with `gpseq.training.trainer.Trainer`."""
 
 from gpseq.gp.conditionals import conditional_blocks, conditional_marginals, mixture_blocks, mixture_marginals
 from gpseq.gp.inducing import kmeans_inducing
@@ -8,16 +8,14 @@ from gpseq.gp.kernels import RBF, Linear, Matern32, Matern52, Product, Sum
 from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.models import FITC, SGPR, SVGP
-from gpseq.gp.natgrad import natgrad_step
-from gpseq.gp.trainer import Trainer
+from gpseq.gp.natgrad import NaturalGradient
 from gpseq.gp.variational import VariationalGaussian
 from gpseq.gp.weight_space import WeightSpaceLinear
 
 __all__ = [
-    "Bernoulli", "FITC", "Gaussian", "Linear", "Matern32", "Matern52", "Product", "RBF", "SGPR", "SVGP",
-    "Softmax", "Sum", "Trainer", "VariationalGaussian", "WeightSpaceLinear", "conditional_blocks",
-    "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "natgrad_step",
-    "safe_cholesky",
+    "Bernoulli", "FITC", "Gaussian", "Linear", "Matern32", "Matern52", "NaturalGradient", "Product", "RBF",
+    "SGPR", "SVGP", "Softmax", "Sum", "VariationalGaussian", "WeightSpaceLinear", "conditional_blocks",
+    "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "safe_cholesky",
 ]
 
 # deep GPs (DSVI and the nested variational compression bound) and psi statistics

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from gpseq.gp.linalg import safe_cholesky
 
-def _projections(Kxz, Kzz_chol, whiten):
-    """A_w = K_xz L⁻ᵀ (for K̃) and the projection B applied to q(u) (A_w whitened, A otherwise).
 
-    `Kxz [..., N, M]` → both `[..., N, M]`.
+def projections(Kxz, Kzz_chol, whiten: bool):
+    """A_w = K_xz L⁻ᵀ (for K̃) and the projection applied to q(u): A_w whitened, A = K_xz K_zz⁻¹
+    otherwise (seed eq. 17). `Kxz [..., N, M]`, `Kzz_chol [M, M]` → both `[..., N, M]`.
     """
     Kxz = tf.convert_to_tensor(Kxz)
     Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kxz.dtype)
@@ -31,13 +32,34 @@ def _projections(Kxz, Kzz_chol, whiten):
     return back(a_w_t), back(proj_t)
 
 
+def whitened_projection(Kxz, Kzz_chol):
+    """K_xz L⁻ᵀ `[..., N, M]` for `Kxz [..., N, M]`, `Kzz_chol [M, M]` (the whitened A of seed eq. 17)."""
+    return projections(Kxz, Kzz_chol, whiten=True)[0]
+
+
+def conditional_noise(eps, a_w, mask, jitter, *, k_diag=None, k_block=None):
+    """A draw of f − A u given u per sequence, N(0, K̃) with K̃ = K_xx − A_w A_wᵀ (seed eq. 18).
+
+    `eps [..., B, T, P]` standard normal, `a_w [..., B, T, M]`, `mask [B, T]` (1 at real tokens).
+    With `k_diag [..., B, T]` only the diagonal of K̃ is used (independent tokens); with
+    `k_block [..., B, T, T]` the joint T × T block, padded tokens given an identity block so that
+    its Cholesky factor exists. Returns `[..., B, T, P]`, zero at padded tokens.
+    """
+    if k_block is None:
+        variance = tf.nn.relu(k_diag - tf.reduce_sum(a_w**2, -1)) * mask
+        return eps * tf.sqrt(variance + jitter)[..., None]
+    k_tilde = k_block - tf.linalg.matmul(a_w, a_w, transpose_b=True)
+    k_tilde = k_tilde * mask[:, :, None] * mask[:, None, :] + tf.linalg.diag(1.0 - mask)
+    return tf.linalg.matmul(safe_cholesky(k_tilde, jitter=jitter), eps) * mask[..., None]
+
+
 def conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal).
 
     `Kxz [N, M]`, `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
     """
     q_mu, q_sqrt = tf.convert_to_tensor(q_mu), tf.convert_to_tensor(q_sqrt)
-    a_w, proj = _projections(Kxz, Kzz_chol, whiten)  # [N, M]
+    a_w, proj = projections(Kxz, Kzz_chol, whiten)  # [N, M]
     mean = tf.linalg.matmul(proj, q_mu)  # [N, P]
     var = (Kxx_diag - tf.reduce_sum(a_w**2, -1))[:, None]  # [N, 1]: diag of K̃
     if q_sqrt.shape.rank == 3:
@@ -55,7 +77,7 @@ def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
     `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
     """
     q_mu, q_sqrt = tf.convert_to_tensor(q_mu), tf.convert_to_tensor(q_sqrt)
-    a_w, proj = _projections(Kxz, Kzz_chol, whiten)  # [B, T, M]
+    a_w, proj = projections(Kxz, Kzz_chol, whiten)  # [B, T, M]
     mean = tf.einsum("btm,mp->btp", proj, q_mu)
     k_tilde = Kxx_blocks - tf.linalg.matmul(a_w, a_w, transpose_b=True)  # [B, T, T]
     if q_sqrt.shape.rank == 3:

@@ -177,13 +177,11 @@ class DeepGP(tf.Module):
         X = batch[0]
         return self._scale(tf.shape(X)[0]) * self.expected_log_likelihood(batch, num_samples, seed) - self.kl()
 
-    def loss(self, batch):
-        """−ELBO (what `gpseq.gp.Trainer` minimises)."""
-        return -self.elbo(batch)
+    def loss(self, batch, seed=None):
+        """−ELBO (what `gpseq.training.Trainer` minimises); `seed` (int32 `[2]`) fixes the DSVI draws.
 
-    def variational_parameters(self):
-        """Natural-gradient steps (`Trainer(natgrad_gamma=...)`) are for single-layer models: refused here."""
-        raise ConfigError("natural-gradient steps are not available for deep GPs; train with Adam (natgrad_gamma=None)")
+        Deep GPs offer no `variational_parameters`: natural gradients are for single-layer models."""
+        return -self.elbo(batch, seed=seed)
 
     # ---- prediction -----------------------------------------------------------------------------
     def predict_f(self, X, num_samples: int = 100, seed=(0, 0)):

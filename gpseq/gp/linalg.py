@@ -16,7 +16,7 @@ def safe_cholesky(matrix, jitter: float = 1e-6, max_tries: int = 6, growth: floa
     `max_tries` attempts (jitter · growth^(max_tries-1) at most), inside a bounded `tf.while_loop`
     on a gradient-free copy (XLA-compilable; only the final factor is differentiated). When a
     matrix cannot be factorised: eagerly this raises `gpseq.errors.NumericalError`; inside a `tf.function` the NaN factor is returned and the
-    caller's non-finite loss check (e.g. `gpseq.gp.trainer.Trainer`) raises instead.
+    caller's non-finite loss check (e.g. `gpseq.training.trainer.Trainer`) raises instead.
     """
     matrix = tf.convert_to_tensor(matrix)
     chol = _escalating_cholesky(matrix, tf.cast(jitter, matrix.dtype), max_tries, growth)

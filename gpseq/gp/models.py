@@ -49,21 +49,16 @@ class SVGP(tf.Module):
         """chol(K_zz + jitter I) `[M, M]`."""
         return safe_cholesky(self.kernel.K(self.inducing_inputs), jitter=self.jitter)
 
-    def predict_f_components(self, X, q_mu=None, q_sqrt=None):
+    def predict_f_components(self, X):
         """Marginals of q(f) per mixture component at `X [N, D]` (or padded rows) → (`[K, N, P]`, `[K, N, P]`)."""
-        q_mu = tf.convert_to_tensor(self.q.q_mu if q_mu is None else q_mu)
-        q_sqrt = tf.convert_to_tensor(self.q.q_sqrt if q_sqrt is None else q_sqrt)
         Z = self.inducing_inputs
-        return mixture_marginals(self.kernel.K(X, Z), self.kzz_cholesky(), self.kernel.K_diag(X), q_mu, q_sqrt,
-                                 self.whiten)
+        return mixture_marginals(self.kernel.K(X, Z), self.kzz_cholesky(), self.kernel.K_diag(X),
+                                 tf.convert_to_tensor(self.q.q_mu), tf.convert_to_tensor(self.q.q_sqrt), self.whiten)
 
-    def elbo(self, batch, q_mu=None, q_sqrt=None):
-        """Minibatch ELBO: `batch = (X [B, D], Y [B, ...])`, likelihood term rescaled by N / B → scalar.
-
-        `q_mu [K, M, P]` / `q_sqrt` override q(u)'s variables (natural-gradient step).
-        """
+    def elbo(self, batch):
+        """Minibatch ELBO: `batch = (X [B, D], Y [B, ...])`, likelihood term rescaled by N / B → scalar."""
         X, Y = batch
-        mean, var = self.predict_f_components(X, q_mu, q_sqrt)  # [K, B, P]
+        mean, var = self.predict_f_components(X)  # [K, B, P]
         pi = self.q.mixture_weights()
         var_exp = tf.add_n([pi[k] * tf.reduce_sum(self.likelihood.variational_expectations(mean[k], var[k], Y))
                             for k in range(self.q.num_components)])
@@ -71,16 +66,16 @@ class SVGP(tf.Module):
             scale = tf.ones([], self.dtype)
         else:
             scale = tf.cast(self.num_data, self.dtype) / tf.cast(tf.shape(mean)[1], self.dtype)
-        kl = self.q.kl(None if self.whiten else self.kzz_cholesky(), q_mu, q_sqrt)
+        kl = self.q.kl(None if self.whiten else self.kzz_cholesky())
         return var_exp * scale - kl
 
-    def loss(self, batch):
-        """−ELBO (what the trainer minimises)."""
+    def loss(self, batch, seed=None):
+        """−ELBO (what `gpseq.training.Trainer` minimises; closed form, so `seed` is unused)."""
         return -self.elbo(batch)
 
     def variational_parameters(self):
-        """The variables of q(u)'s mean and scale (updated by natural gradients instead of Adam)."""
-        return [self.q.q_mu, *self.q.q_sqrt.trainable_variables]
+        """q(u)'s (q_mu, q_sqrt), which the trainer may step by natural gradients instead of Adam."""
+        return [(self.q.q_mu, self.q.q_sqrt)]
 
     def predict_f(self, X):
         """Mean and variance of q(f) at `X` → (`[N, P]`, `[N, P]`) (moment-matched over components)."""
@@ -120,7 +115,8 @@ class _CollapsedBase(tf.Module):
         V = tf.linalg.triangular_solve(L, self.kernel.K(self.inducing_inputs, self.X), lower=True)  # L⁻¹K_uf [M, N]
         return L, V
 
-    def loss(self, batch=None):
+    def loss(self, batch=None, seed=None):
+        """−(the collapsed bound) on the model's full data (`batch`, `seed` unused)."""
         return -self.elbo()
 
 
@@ -175,7 +171,7 @@ class FITC(_CollapsedBase):
         return L, V, nu, LB, gamma
 
     def elbo(self):
-        """The FITC log marginal likelihood (Woodbury form, O(N M²)) → scalar (named elbo for the trainer)."""
+        """The FITC log marginal likelihood (Woodbury form, O(N M²)) → scalar (named elbo like the others)."""
         _, _, nu, LB, gamma = self._terms()
         N = tf.cast(tf.shape(self.Y)[0], self.dtype)
         P = tf.cast(tf.shape(self.Y)[1], self.dtype)

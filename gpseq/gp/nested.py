@@ -22,12 +22,15 @@ E_x[(h − k(x)ᵀa − xW)²] = (h − E_x[·])² + Var_x[·], with the varianc
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
+from gpseq._tfp import tfp
 
 from gpseq.errors import ConfigError
+from gpseq.gp.conditionals import projections
 from gpseq.gp.likelihoods import Gaussian
 from gpseq.gp.psi import psi_statistics, supports_psi
+
+tfd = tfp.distributions
 
 
 def check_nested(model):
@@ -63,15 +66,14 @@ def layer_terms(layer, mu, var=None):
     psi0, psi1, phi, xi = psi_statistics(layer.kernel, mu, var, layer.inducing_inputs)
     L = layer.kzz_cholesky()  # [M, M]
     phi_w = _solve_both_sides(L, phi)  # L⁻¹ Φ L⁻ᵀ [N, M, M]
-    a_w = tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(psi1), lower=True))  # (L⁻¹ ψ)ᵀ [N, M]
+    _, b = projections(psi1, L, layer.whiten)  # (L⁻¹ ψ)ᵀ whitened, (K⁻¹ ψ)ᵀ otherwise [N, M]
     compression = psi0 - tf.linalg.trace(phi_w)  # [N]
     if layer.whiten:
-        G, b = phi_w, a_w
+        G = phi_w
     else:  # P = K⁻¹ = L⁻ᵀ L⁻¹
         Lb = tf.broadcast_to(tf.linalg.matrix_transpose(L), tf.shape(phi_w))
         left = tf.linalg.triangular_solve(Lb, phi_w, lower=False)  # L⁻ᵀ Φ_w
         G = tf.linalg.matrix_transpose(tf.linalg.triangular_solve(Lb, tf.linalg.matrix_transpose(left), lower=False))
-        b = tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(a_w), lower=True, adjoint=True))  # (K⁻¹ψ)ᵀ
     q_mu = layer.q.q_mu[0]  # [M, P]
     q_sqrt = tf.convert_to_tensor(layer.q.q_sqrt)[0]  # [P, M, M] or [M, P]
     mean = tf.linalg.matmul(b, q_mu)  # [N, P]
@@ -89,13 +91,9 @@ def layer_terms(layer, mu, var=None):
         W = tf.convert_to_tensor(layer.mean_weights)  # [D, P]
         mean = mean + tf.linalg.matmul(mu, W)
         propagation += tf.linalg.matmul(var, W**2)
-        C = tf.einsum("nmd,dp->nmp", xi - psi1[..., None] * mu[:, None, :], W)  # (Ξ − ψ μᵀ) W [N, M, P]
-        Cf = tf.reshape(tf.transpose(C, [1, 0, 2]), [tf.shape(C)[1], -1])  # [M, N·P]
-        Cw = tf.linalg.triangular_solve(L, Cf, lower=True)  # L⁻¹ C
-        if not layer.whiten:
-            Cw = tf.linalg.triangular_solve(L, Cw, lower=True, adjoint=True)  # K⁻¹ C
-        Cw = tf.transpose(tf.reshape(Cw, tf.shape(tf.transpose(C, [1, 0, 2]))), [1, 0, 2])  # [N, M, P]
-        propagation += 2.0 * tf.einsum("mp,nmp->np", q_mu, Cw)
+        C = tf.einsum("nmd,dp->npm", xi - psi1[..., None] * mu[:, None, :], W)  # ((Ξ − ψ μᵀ) W)ᵀ [N, P, M]
+        _, PC = projections(C, L, layer.whiten)  # (P C)ᵀ: L⁻¹ C whitened, K⁻¹ C otherwise
+        propagation += 2.0 * tf.einsum("mp,npm->np", q_mu, PC)
     P = tf.shape(mean)[1]
     return mean, bSb, propagation, tf.tile(compression[:, None], [1, P])
 
@@ -103,10 +101,7 @@ def layer_terms(layer, mu, var=None):
 def _deterministic_terms(layer, X):
     """`layer_terms` at known inputs `X [N, D]`: mean A m + X W, bᵀSb = A S Aᵀ, p = 0, c = diag K̃."""
     L = layer.kzz_cholesky()
-    kxz = layer.kernel.K(X, layer.inducing_inputs)  # [N, M]
-    a_w = tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(kxz), lower=True))  # [N, M]
-    b = a_w if layer.whiten else tf.transpose(tf.linalg.triangular_solve(L, tf.transpose(a_w), lower=True,
-                                                                         adjoint=True))
+    a_w, b = projections(layer.kernel.K(X, layer.inducing_inputs), L, layer.whiten)  # [N, M] each
     q_mu = layer.q.q_mu[0]
     q_sqrt = tf.convert_to_tensor(layer.q.q_sqrt)[0]
     mean = tf.linalg.matmul(b, q_mu) + layer.mean_function(X)
@@ -141,7 +136,7 @@ def nested_elbo(model, batch):
     mean, bSb, prop, comp = terms[-1]
     noise = tf.convert_to_tensor(model.likelihood.variance)
     Y = tf.convert_to_tensor(Y, model.dtype)
-    fit = -0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(noise) - 0.5 * (Y - mean) ** 2 / noise
+    fit = tfd.Normal(mean, tf.sqrt(noise)).log_prob(Y)
     total += tf.reduce_sum(fit) - tf.reduce_sum(bSb + prop + comp) / (2.0 * noise)
     return model._scale(tf.shape(X)[0]) * total - model.kl()
 

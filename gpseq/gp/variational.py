@@ -58,10 +58,9 @@ class VariationalGaussian(tf.Module):
         """π `[K]`."""
         return tf.nn.softmax(self.mixture_logits)
 
-    def components(self, q_mu=None, q_sqrt=None):
+    def components(self):
         """Per-component Gaussians as a TFP distribution with batch `[K, P]`, event `[M]`."""
-        q_mu = tf.convert_to_tensor(self.q_mu if q_mu is None else q_mu)
-        q_sqrt = tf.convert_to_tensor(self.q_sqrt if q_sqrt is None else q_sqrt)
+        q_mu, q_sqrt = tf.convert_to_tensor(self.q_mu), tf.convert_to_tensor(self.q_sqrt)
         loc = tf.linalg.matrix_transpose(q_mu)  # [K, P, M]
         if self.full_cov:
             return tfd.MultivariateNormalTriL(loc=loc, scale_tril=q_sqrt)
@@ -75,26 +74,24 @@ class VariationalGaussian(tf.Module):
             raise ConfigError("the KL of a non-whitened q(u) needs the Cholesky factor of K_zz")
         return tfd.MultivariateNormalTriL(loc=tf.zeros([M], self.dtype), scale_tril=Kzz_cholesky)
 
-    def kl(self, Kzz_cholesky=None, q_mu=None, q_sqrt=None):
+    def kl(self, Kzz_cholesky=None):
         """KL(q(u) ‖ p(u)) summed over latents → scalar; `Kzz_cholesky [M, M]` unless whitened.
 
         K = 1: exact (TFP's Gaussian KL). K > 1: the Jensen upper bound of the seed supplement,
             KL ≤ Σ_k π_k CE(q_k, p) + Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l),
         (exact cross-entropy, entropy bounded below by Jensen), which keeps the ELBO a lower bound.
-        `q_mu`/`q_sqrt` override the variables (used by the natural-gradient step).
         """
-        q = self.components(q_mu, q_sqrt)
+        q = self.components()
         prior = self._prior(Kzz_cholesky)
         if self.num_components == 1:
             return tf.reduce_sum(tfd.kl_divergence(q, prior))
         pi = self.mixture_weights()
         cross_entropy = tf.reduce_sum(q.cross_entropy(prior), -1)  # [K]
-        return tf.reduce_sum(pi * cross_entropy) - self.entropy_lower_bound(q_mu, q_sqrt)
+        return tf.reduce_sum(pi * cross_entropy) - self.entropy_lower_bound()
 
-    def entropy_lower_bound(self, q_mu=None, q_sqrt=None):
+    def entropy_lower_bound(self):
         """Jensen lower bound on H[q]: −Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l) → scalar."""
-        q_mu = tf.convert_to_tensor(self.q_mu if q_mu is None else q_mu)
-        q_sqrt = tf.convert_to_tensor(self.q_sqrt if q_sqrt is None else q_sqrt)
+        q_mu, q_sqrt = tf.convert_to_tensor(self.q_mu), tf.convert_to_tensor(self.q_sqrt)
         loc = tf.linalg.matrix_transpose(q_mu)  # [K, P, M]
         if self.full_cov:
             cov = tf.linalg.matmul(q_sqrt, q_sqrt, transpose_b=True)  # [K, P, M, M]

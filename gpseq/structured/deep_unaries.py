@@ -12,7 +12,8 @@ v_1, v_2 are drawn once per sample and shared by every token, so the unaries of 
 correlated through q(u) exactly as in the single-layer model; the conditional part f − A u is drawn per
 token with variance diag K̃ (`rbf_conditional = "diag"`) or per sequence with the T × T block
 (`"full"`, seed eq. 18), at each layer. The KL is KL(q(v_1)) + KL(q(v_2)); the ELBO, estimators and
-prediction paths of `StructuredGP` are unchanged (single-component q(u), pathwise estimator).
+prediction paths of `StructuredGP` are unchanged (single-component q(u), pathwise estimator: the
+builder, `gpseq.structured.model.build_structured_gp`, refuses other combinations).
 """
 
 from __future__ import annotations
@@ -22,85 +23,67 @@ import tensorflow as tf
 from gpseq._tfp import tfp
 
 from gpseq.errors import ConfigError
-from gpseq.features.padded import PaddedRows
+from gpseq.gp.conditionals import conditional_noise, whitened_projection
 from gpseq.gp.kernels import RBF
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.variational import VariationalGaussian
 from gpseq.gp.weight_space import gather_sum
+from gpseq.structured.unaries import global_rows
 
 
 class DeepUnaries(tf.Module):
     """Two-layer deep-GP unary potentials over padded sparse token features → `[S, B, T, V]`."""
 
-    def __init__(self, config, inducing_inputs_t, num_features: int, num_labels: int, dtype=tf.float32,
-                 seed: int = 0):
+    def __init__(self, inducing_inputs, num_features: int, num_labels: int, *, hidden_dims: int = 8,
+                 rbf_variance: float = 1.0, rbf_lengthscale: float = 4.0, full_cov: bool = True,
+                 conditional: str = "diag", jitter: float = 1e-6, dtype=tf.float32, seed: int = 0):
         super().__init__(name="deep_unaries")
-        if config.num_components != 1:
-            raise ConfigError("deep unaries need a single-component q(u) (num_components = 1)")
-        if config.estimator != "pathwise":
-            raise ConfigError("deep unaries need the pathwise estimator")
-        if config.kernel == "paper-linear":
-            raise ConfigError("deep unaries use RBF kernels: choose kernel 'linear+rbf' or 'paper-rbf'")
-        if config.hidden_dims < 1:
-            raise ConfigError(f"hidden_dims must be >= 1, got {config.hidden_dims}")
-        Q, V = int(config.hidden_dims), num_labels
-        self.config, self.dtype, self.hidden_dims, self.num_labels = config, dtype, Q, V
-        self.inducing_inputs_t = inducing_inputs_t  # [D, M] constant (the model's K-means centroids)
-        Z1 = tf.transpose(inducing_inputs_t).numpy().astype(np.float64)  # [M, D]
+        if hidden_dims < 1:
+            raise ConfigError(f"hidden_dims must be >= 1, got {hidden_dims}")
+        Q, V = int(hidden_dims), num_labels
+        self.dtype, self.hidden_dims, self.num_labels = dtype, Q, V
+        self.conditional, self.jitter = conditional, jitter
+        Z1 = np.asarray(inducing_inputs, dtype=np.float64)  # [M, D], the model's K-means centroids
+        self.inducing_inputs_t = tf.constant(Z1.T, dtype)  # [D, M]
         M = Z1.shape[0]
         rng = np.random.default_rng(seed)
         nnz = max(1.0, float(np.mean(np.count_nonzero(Z1, axis=1))))
         W = rng.normal(scale=1.0 / np.sqrt(nnz), size=(num_features, Q))  # h ~ O(1) at start
         self.mean_weights = tf.Variable(tf.constant(W, dtype), name="mean_weights")
-        self.kernel1 = RBF(variance=0.1 * config.rbf_variance, lengthscales=config.rbf_lengthscale, dtype=dtype,
+        self.kernel1 = RBF(variance=0.1 * rbf_variance, lengthscales=rbf_lengthscale, dtype=dtype,
                            name="hidden_rbf")
-        self.q1 = VariationalGaussian(M, Q, full_cov=config.full_covariance, whiten=True, initial_scale=1e-3,
+        self.q1 = VariationalGaussian(M, Q, full_cov=full_cov, whiten=True, initial_scale=1e-3,
                                       dtype=dtype, name="hidden_q")
-        self.kernel2 = RBF(variance=config.rbf_variance, lengthscales=np.ones(Q), ard=True, dtype=dtype,
+        self.kernel2 = RBF(variance=rbf_variance, lengthscales=np.ones(Q), ard=True, dtype=dtype,
                            name="label_rbf")
         Z2 = Z1 @ W + 0.01 * rng.normal(size=(M, Q))  # Z_2 = Z_1 W (through the mean function)
         self.inducing_inputs2 = tf.Variable(tf.constant(Z2, dtype), name="inducing_inputs2")
-        self.q2 = VariationalGaussian(M, V, full_cov=config.full_covariance, whiten=True, dtype=dtype,
-                                      name="label_q")
+        self.q2 = VariationalGaussian(M, V, full_cov=full_cov, whiten=True, dtype=dtype, name="label_q")
 
     # ---- pieces ----------------------------------------------------------------------------------
     def kl(self):
         """KL(q(v_1) ‖ N(0, I)) + KL(q(v_2) ‖ N(0, I)) → scalar."""
         return self.q1.kl() + self.q2.kl()
 
-    def _rows(self, batch):
-        return PaddedRows(tf.gather(batch["feature_ids"], batch["indices"]), batch["values"])
-
     def hidden_projection(self, batch):
-        """Layer 1 at the batch tokens: mean function x W `[B, T, Q]`, A_w `[B, T, M]`, diag K̃ `[B, T]`."""
-        rows = self._rows(batch)
+        """Layer 1 at the batch tokens: mean function x W `[B, T, Q]`, A_w `[B, T, M]`, diag K_xx `[B, T]`
+        and the tokens' padded rows."""
+        rows = global_rows(batch)
         Z1 = tf.transpose(self.inducing_inputs_t)
-        kxz = self.kernel1.K(rows, Z1)  # [B, T, M]
-        chol = safe_cholesky(self.kernel1.K(Z1), jitter=self.config.jitter)
-        a_w = _whiten(kxz, chol)
-        k_tilde = tf.nn.relu(self.kernel1.K_diag(rows) - tf.reduce_sum(a_w**2, -1))  # [B, T]
+        chol = safe_cholesky(self.kernel1.K(Z1), jitter=self.jitter)
+        a_w = whitened_projection(self.kernel1.K(rows, Z1), chol)  # [B, T, M]
         W = tf.gather(self.mean_weights, batch["feature_ids"])  # [U, Q]
-        return gather_sum(W, batch["indices"], batch["values"]), a_w, k_tilde, rows
+        return gather_sum(W, batch["indices"], batch["values"]), a_w, self.kernel1.K_diag(rows), rows
 
     def label_projection(self, H):
-        """Layer 2 at hidden inputs `H [..., T, Q]`: A_w `[..., T, M]`, diag K̃ `[..., T]`, chol(K_zz)."""
+        """Layer 2 at hidden inputs `H [..., T, Q]`: A_w `[..., T, M]`, diag K_xx `[..., T]`, chol(K_zz)."""
         Z2 = tf.convert_to_tensor(self.inducing_inputs2)
         shape = tf.shape(H)
         flat = tf.reshape(H, [-1, self.hidden_dims])
-        chol = safe_cholesky(self.kernel2.K(Z2), jitter=self.config.jitter)
-        a_w = _whiten(self.kernel2.K(flat, Z2), chol)  # [N', M]
-        k_tilde = tf.nn.relu(self.kernel2.K_diag(flat) - tf.reduce_sum(a_w**2, -1))
+        chol = safe_cholesky(self.kernel2.K(Z2), jitter=self.jitter)
+        a_w = whitened_projection(self.kernel2.K(flat, Z2), chol)  # [N', M]
         a_w = tf.reshape(a_w, tf.concat([shape[:-1], [-1]], 0))
-        return a_w, tf.reshape(k_tilde, shape[:-1]), chol
-
-    def _conditional(self, a_w, k_tilde, block_fn, mask, eps):
-        """f − A u given u: `eps [S, B, T, P]` scaled by diag K̃ or by chol of the T × T block."""
-        if self.config.rbf_conditional == "diag":
-            return eps * tf.sqrt(k_tilde * mask + self.config.jitter)[..., None]
-        cond = block_fn() - tf.linalg.matmul(a_w, a_w, transpose_b=True)  # [..., B, T, T]
-        cond = cond * mask[:, :, None] * mask[:, None, :] + tf.linalg.diag(1.0 - mask)
-        chol = safe_cholesky(cond, jitter=self.config.jitter)
-        return tf.linalg.matmul(chol, eps) * mask[..., None]
+        return a_w, tf.reshape(self.kernel2.K_diag(flat), shape[:-1]), chol
 
     # ---- sampling and means --------------------------------------------------------------------------
     def sample(self, batch, num_samples: int, seed, return_hidden: bool = False):
@@ -109,17 +92,23 @@ class DeepUnaries(tf.Module):
         S = num_samples
         B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
         mask = tf.sequence_mask(batch["lengths"], T, dtype=self.dtype)  # [B, T]
-        mean_fn, a1, kt1, rows = self.hidden_projection(batch)
-        v1 = _draw(self.q1, S, seeds[0])  # [S, M, Q]
+        mean_fn, a1, kxx1, rows = self.hidden_projection(batch)
+        v1 = self.q1.sample_u(S, seeds[0])[0]  # [S, M, Q]
         eps1 = tf.random.stateless_normal([S, B, T, self.hidden_dims], seeds[1], dtype=self.dtype)
         H = mean_fn + tf.einsum("btm,smq->sbtq", a1, v1)
-        H += self._conditional(a1, kt1, lambda: self.kernel1.K_sparse_block(rows), mask, eps1)
-        a2, kt2, _ = self.label_projection(H)  # [S, B, T, M], [S, B, T]
-        v2 = _draw(self.q2, S, seeds[2])  # [S, M, V]
+        H += self._conditional(eps1, a1, kxx1, lambda: self.kernel1.K_sparse_block(rows), mask)
+        a2, kxx2, _ = self.label_projection(H)  # [S, B, T, M], [S, B, T]
+        v2 = self.q2.sample_u(S, seeds[2])[0]  # [S, M, V]
         eps2 = tf.random.stateless_normal([S, B, T, self.num_labels], seeds[3], dtype=self.dtype)
         f = tf.einsum("sbtm,smv->sbtv", a2, v2)
-        f += self._conditional(a2, kt2, lambda: self.kernel2.K(H), mask, eps2)
+        f += self._conditional(eps2, a2, kxx2, lambda: self.kernel2.K(H), mask)
         return (f, H) if return_hidden else f
+
+    def _conditional(self, eps, a_w, k_diag, block_fn, mask):
+        """f − A u given u at one layer (`gpseq.gp.conditionals.conditional_noise`): diagonal or T × T blocks."""
+        if self.conditional == "full":
+            return conditional_noise(eps, a_w, mask, self.jitter, k_block=block_fn())
+        return conditional_noise(eps, a_w, mask, self.jitter, k_diag=k_diag)
 
     def mean(self, batch):
         """Unaries at the mean hidden representation `[B, T, V]`: A_w(h̄) m_2 with h̄ = x W + A_w m_1
@@ -129,22 +118,3 @@ class DeepUnaries(tf.Module):
         a2, _, _ = self.label_projection(H)
         return tf.einsum("btm,mv->btv", a2, self.q2.q_mu[0])
 
-
-def _whiten(kxz, chol):
-    """K_xz L⁻ᵀ for `kxz [..., M]`, `chol [M, M]` → `[..., M]`."""
-    shape = tf.shape(kxz)
-    flat = tf.reshape(kxz, [-1, shape[-1]])
-    return tf.reshape(tf.transpose(tf.linalg.triangular_solve(chol, tf.transpose(flat), lower=True)), shape)
-
-
-def _draw(q, num_samples, seed):
-    """Reparameterised draws v = m + L ε from a single-component `VariationalGaussian` → `[S, M, P]`."""
-    q_mu = tf.convert_to_tensor(q.q_mu)[0]  # [M, P]
-    scale = tf.convert_to_tensor(q.q_sqrt)[0]  # [P, M, M] or [M, P]
-    M, P = q.num_inducing, q.num_latent
-    eps = tf.random.stateless_normal([num_samples, P, M], seed, dtype=q_mu.dtype)
-    if q.full_cov:
-        noise = tf.einsum("pmn,spn->smp", scale, eps)
-    else:
-        noise = tf.transpose(eps, [0, 2, 1]) * scale
-    return q_mu + noise

@@ -6,8 +6,8 @@ unchanged. The gradient of E_q[log p(y|f)] with respect to the variational param
 
     ∇λ E_q[L] = E_q[L(f) ∇λ log q_λ(z)]                                   (seed eqs. 9–10)
 
-where z are the Gaussian draws f is built from (the batch's weights w, the whitened inducing
-values v per mixture component, f_bin), and f is a deterministic function of z and of noise
+where z are the Gaussian draws f is built from (the batch's weights w, the inducing values u
+(whitened: v) per mixture component, f_bin), and f is a deterministic function of z and of noise
 that does not depend on λ. The control variate h = ∇λ log q (zero mean) with the per-element
 coefficient â = Cov[L h, h] / Var[h] (estimated leave-one-out from the other S − 1 samples, so
 the estimate stays unbiased) reduces the variance.
@@ -68,22 +68,26 @@ def score_function_ell(model, batch, num_samples: int, seed, use_control_variate
     from gpseq._tfp import tfp
 
     seeds = tfp.random.split_seed(seed, 2)
-    unary, draws = model.sample_unary(batch, num_samples, seeds[0], return_draws=True)  # [K, S, B, T, V]
-    pair_draw = model.sample_pairwise(num_samples, seeds[1])  # [S, V, V]
+    unaries = model.unaries
+    unary, draws = unaries.sample(batch, num_samples, seeds[0], return_draws=True)  # [K, S, B, T, V]
+    pair_draw = tf.stop_gradient(model.pairwise.sample(num_samples, seeds[1]))  # [S, V, V]
     unary = tf.stop_gradient(unary)
-    pairwise = tf.stop_gradient(pair_draw)[:, None]
-    ll = tf.stop_gradient(model.log_likelihood(batch["labels"], unary, pairwise, batch["lengths"]))  # [K, S, B]
+    ll = tf.stop_gradient(model.likelihood.log_prob(batch["labels"], unary, pair_draw[:, None],
+                                                    batch["lengths"]))  # [K, S, B]
     per_sample = tf.reduce_sum(ll, -1)  # [K, S]
-    weights = model._mixture_weights()  # [K]
+    weights = unaries.mixture_weights()  # [K]
     value = tf.reduce_sum(weights * tf.reduce_mean(per_sample, 1))
     # every sample of every component sees the same w and f_bin draws: use the π-weighted values
     mixed = tf.einsum("k,ks->s", weights, per_sample)
+    shared = [model.pairwise.log_density(pair_draw)]
+    if "w" in draws:
+        shared.append(unaries.weight_log_density(batch, draws["w"]))
     surrogate = tf.zeros([], value.dtype)
-    for log_density, score in model.draw_log_densities(batch, draws, tf.stop_gradient(pair_draw)):
+    for log_density, score in shared:
         surrogate += score_function_surrogate(mixed, log_density, score, use_control_variates)
-    if "v" in draws:
-        # per component k: inducing draws v_k only enter component k's likelihood
-        for k, (log_density, score) in enumerate(model.inducing_log_densities(draws["v"])):
+    if "u" in draws:
+        # per component k: inducing draws u_k only enter component k's likelihood
+        for k, (log_density, score) in enumerate(unaries.sparse.log_densities(draws["u"])):
             surrogate += weights[k] * score_function_surrogate(per_sample[k], log_density, score,
                                                                use_control_variates)
     return value + surrogate

@@ -1,6 +1,6 @@
 """Calibration of the predictive on held-out data: the posterior-variance scale α and temperature T.
 
-The deterministic predictive (`StructuredGP.predictive_potentials`) replaces each Gaussian
+The deterministic predictive (`gpseq.structured.predict.predictive_potentials`) replaces each Gaussian
 potential N(m, α v) by m / √(1 + π α v / 8) / T. A diagonal posterior over correlated weights
 gets the variance of a potential wrong by a factor that depends on how collinear the features
 are (several features of one token carry the same evidence), and the ELBO or the Laplace
@@ -29,10 +29,10 @@ def fit_calibration(model, data: SequenceData, *, max_tokens: int = 16384, bound
     moments = []
     for ids in token_batches(data.lengths, max_tokens):
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=np_dtype).items()}
-        mean, variance = model.unary_moments(batch)
+        mean, variance = model.unaries.moments(batch)
         moments.append((mean, variance, batch["labels"], batch["lengths"]))
-    pair_mean = tf.convert_to_tensor(model.pairwise_mean)
-    pair_var = tf.convert_to_tensor(model.pairwise_variance)
+    pair_mean = tf.convert_to_tensor(model.pairwise.mean)
+    pair_var = tf.convert_to_tensor(model.pairwise.variance)
     n_tokens = float(data.lengths.sum())
 
     @tf.function

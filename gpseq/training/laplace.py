@@ -190,7 +190,7 @@ def fit_laplace(
     """
     from scipy.optimize import minimize
 
-    if model.linear is None or model.inducing is not None or model.deep is not None:
+    if model.unaries.linear is None or model.unaries.sparse is not None or model.unaries.deep is not None:
         raise NumericalError("the Laplace fit needs the weight-space linear model (kernel 'linear')")
     objective = objective or _ChainObjective(model, data, max_tokens)  # reusable across fits of `data`
     D, V = model.num_features, model.num_labels
@@ -217,8 +217,8 @@ def fit_laplace(
         return dense.reshape(D, V)
 
     theta = np.concatenate([
-        model.label_bias.numpy().ravel(), model.linear.q_mu.numpy().ravel()[support],
-        model.pairwise_mean.numpy().ravel(),
+        model.unaries.label_bias.numpy().ravel(), model.unaries.linear.q_mu.numpy().ravel()[support],
+        model.pairwise.mean.numpy().ravel(),
     ]).astype(np.float64)
 
     for round_ in range(evidence_rounds + 1):
@@ -263,13 +263,13 @@ def fit_laplace(
         group_var = np.clip(np.where(valid, squares / np.maximum(gamma, 1e-8), group_var), 1e-4, 1e4)
         pair_var = float(np.clip(np.sum(p**2) / max(np.sum(1.0 - s_p / pair_var), 1e-8), 1e-4, 1e4))
         bias_var = float(np.clip(np.sum(b**2) / max(np.sum(1.0 - s_b / bias_var), 1e-8), 1e-2, 1e4))
-    model.label_bias.assign(b.astype(np_dtype))
-    model.linear.q_mu.assign(dense_weights(w))
-    model.pairwise_mean.assign(p.astype(np_dtype))
+    model.unaries.label_bias.assign(b.astype(np_dtype))
+    model.unaries.linear.q_mu.assign(dense_weights(w))
+    model.pairwise.mean.assign(p.astype(np_dtype))
     variance = np.full(D * V, STRUCTURAL_ZERO_VARIANCE, dtype=np_dtype)
     variance[support] = s_w
-    model.linear.q_variance.assign(variance.reshape(D, V))
-    model.pairwise_variance.assign(s_p.astype(np_dtype))
+    model.unaries.linear.q_variance.assign(variance.reshape(D, V))
+    model.pairwise.variance.assign(s_p.astype(np_dtype))
     report.prior_variances = {name: float(v) for name, v, c in zip(group_names, group_var, counts) if c > 0}
     report.prior_variances["<pairwise>"] = pair_var
     report.prior_variances["<bias>"] = bias_var
@@ -292,13 +292,13 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     variance of `training.prior_variance_grid` (warm-started, ascending) fit it by `fit_laplace`
     and calibrate its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit
     it on train + dev. Returns (model, scores)."""
-    from gpseq.structured.model import StructuredGP
+    from gpseq.structured.model import build_structured_gp
     from gpseq.training.calibration import fit_calibration
     from gpseq.training.trainer import Progress
 
     tcfg, mcfg = config.training, config.model
     tf.random.set_seed(tcfg.seed)
-    model = StructuredGP(mcfg, featurizer.n_features, num_labels, None, dtype=dtype)
+    model = build_structured_gp(mcfg, featurizer.n_features, num_labels, None, dtype)
     groups, names = featurizer.column_groups()
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)

@@ -1,41 +1,46 @@
-"""The SVI loop for the structured GP tagger: bucketed minibatches, Adam, early stopping on a
-dev set, atomic checkpoints with resume, NaN guarding, progress callbacks, `tf.distribute`.
+"""One SVI trainer for every model of gpseq: the structured GP tagger, SVGPs and deep GPs.
 
-The model supplies `loss(batch, seed) -> (loss, metrics)` (negative ELBO of the batch with the
-likelihood rescaled to the corpus by N_seq / B) and its `trainable_variables`; the trainer owns
-the optimiser, the batch order and the bookkeeping. Noise is drawn with stateless ops seeded by
-(seed, step), and the batch order of epoch e by (seed, e): a resumed run repeats exactly what an
-uninterrupted one would have done.
+The model protocol:
+- `loss(batch, seed) → scalar`: the minibatch loss, the negative ELBO with the likelihood rescaled
+  to the data by N / B; `seed` (int32 `[2]`) drives its stateless noise (closed-form losses ignore it);
+- `trainable_variables`;
+- optionally `variational_parameters() → [(q_mu, q_sqrt), ...]`: Gaussian q(u)s that
+  `natgrad_gamma` steps by natural gradients (`gpseq.gp.natgrad`) from the same gradients that
+  feed Adam on everything else.
 
-Under a strategy with R replicas every step's global batch is cut into R sub-batches
-(`gpseq.training.distribute`); replica r's loss is weighted by B_r / B so the replicas' sum is
-the global-batch loss with the KL counted once (`gpseq.gp.trainer.build_svi_step`). Variables
-live under the strategy (the model must be built in `strategy.scope()`); checkpoints are
-written by the chief only and hold one copy of each variable, so a run resumes on any number of
-replicas.
+The trainer owns the optimisers, the batch order and the bookkeeping: early stopping on a dev
+evaluation, atomic checkpoints with resume (`gpseq.training.checkpoint`), NaN guarding, progress
+callbacks, `tf.distribute` (`gpseq.training.distribute`). Data is either the tagger's
+`SequenceData` — length-bucketed batches, epoch e's order drawn from (seed, e), each global batch
+cut into one sub-batch per replica — or any iterable (or `tf.data.Dataset`) of global batches,
+re-iterated until the step budget is spent. Noise is drawn with stateless ops seeded by (seed,
+step): a resumed tagger run repeats exactly what an uninterrupted one would have done.
+
+Under a strategy with R replicas replica r's loss is weighted by B_r / B, so the replicas' sum is
+the global-batch loss with the KL counted once. Variables live under the strategy (the model must
+be built in `strategy.scope()`); checkpoints are written by the chief only and hold one copy of
+each variable, so a run resumes on any number of replicas.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Iterable
 
 import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError, NumericalError
-from gpseq.gp.natgrad import natgrad_step
-from gpseq.gp.trainer import STRATEGIES, build_svi_step, is_chief
+from gpseq.gp.natgrad import NaturalGradient, natural_variables
 from gpseq.training.batching import SequenceData
-from gpseq.training.distribute import batch_plan, distributed_batches, sequence_count
+from gpseq.training.checkpoint import Checkpoints
+from gpseq.training.distribute import (
+    STRATEGIES, batch_plan, batch_size_of, build_svi_step, distributed_batches, is_chief,
+)
 
 log = logging.getLogger("gpseq.training")
 
@@ -68,8 +73,8 @@ class TrainingConfig:
     jit_compile: bool = False
     strategy: str = "default"  # "default" (one device; the GPU if any) | "mirrored" | "multiworker"
     devices: int | None = None  # replicas on this host (mirrored: default all GPUs; CPU: logical devices)
-    natgrad_gamma: float | None = None  # natural-gradient step size on q(u) before each Adam step (≈0.01;
-    # with Monte Carlo chain gradients 0.1 overshoots: such steps would make q(u) invalid and are skipped)
+    natgrad_gamma: float | None = None  # natural-gradient step size on q(u), taken with each Adam step on the
+    # rest (≈0.01; with Monte Carlo chain gradients 0.1 overshoots: such steps would make q(u) invalid and are skipped)
 
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -103,6 +108,7 @@ class Progress:
     skipped_steps: int = 0
     elapsed_s: float = 0.0
     event: str = "step"  # "step" | "eval" | "checkpoint" | "done"
+    loss: float = float("nan")  # the step's global-batch loss (elbo_per_token = −loss / training tokens)
 
 
 @dataclass
@@ -119,212 +125,127 @@ class TrainState:
 
 
 class Trainer:
-    """Runs SVI on a model with `loss(batch, seed)` and `trainable_variables` under `strategy`
-    (default: the current one, i.e. the strategy whose scope the model was built in)."""
+    """Minimises `model.loss(batch, seed)` (module docstring) under `strategy` (default: the current
+    one, i.e. the strategy whose scope the model was built in).
+
+    `config` holds the optimisation settings; keyword `settings` override its fields
+    (`Trainer(svgp, learning_rate=0.01, natgrad_gamma=0.5)`). `evaluate()` returns (score where
+    higher is better, metrics) for early stopping; `callbacks` receive a `Progress` after every
+    step, evaluation and checkpoint.
+    """
 
     def __init__(
         self,
         model,
-        config: TrainingConfig,
+        config: TrainingConfig | None = None,
         *,
         evaluate: Callable[[], tuple[float, dict]] | None = None,
         callbacks: list[Callable[[Progress], None]] | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
         strategy: tf.distribute.Strategy | None = None,
+        **settings,
     ):
+        config = replace(config or TrainingConfig(), **settings)
         config.validate()
-        self.model = model
-        self.config = config
-        self.evaluate = evaluate  # returns (score where higher is better, metrics)
+        self.model, self.config = model, config
+        self.evaluate = evaluate
         self.callbacks = list(callbacks or [])
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = is_chief(self.strategy)
+        self.natural = self._natural_gradient()
+        pairs = self.natural[1] if self.natural is not None else []
+        natural = {v.ref() for pair in pairs for v in natural_variables(*pair)}
+        self.adam_variables = [v for v in model.trainable_variables if v.ref() not in natural]
         with self.strategy.scope():
             self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+            self.optimizer.build(self.adam_variables)  # slots exist before a checkpoint is read
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.checkpoints = None
+        if checkpoint_dir:
+            self.checkpoints = Checkpoints(checkpoint_dir, model, self.optimizer, self.step_var, is_chief=self.is_chief)
         self.state = TrainState()
-        self._step_fn = None
+        self._steps: dict = {}  # compiled steps: with an input signature (True) or without
         self._best_values: list[np.ndarray] | None = None
 
-    # ---- the compiled step -------------------------------------------------------------------
-    def _build_step(self, element_spec):
-        model = self.model
-        self._ensure_slots()
-
-        def loss(batch, seed):
-            return model.loss(batch, seed)[0]
-
-        variables, pre_step = self._natural_gradient_split()
-        signature = [element_spec, tf.TensorSpec([2], tf.int32)]
-        return build_svi_step(self.strategy, loss, variables, self.optimizer,
-                              size_fn=sequence_count, jit_compile=self.config.jit_compile,
-                              input_signature=signature, pre_step=pre_step)
-
-    def _natural_gradient_split(self):
-        """Adam's variables and the pre-step: with `natgrad_gamma`, q(u) is updated only by a
-        natural-gradient step (seed `gps-for-big-data-svi.md` §4-2) on the same batch and seed.
-        The model provides `natgrad_elbo(batch, seed, q_mu, q_sqrt)` and `inducing` (q(u))."""
-        model, gamma = self.model, self.config.natgrad_gamma
+    def _natural_gradient(self):
+        """(NaturalGradient, [(q_mu, q_sqrt), ...]) when `natgrad_gamma` is set, else None."""
+        gamma = self.config.natgrad_gamma
         if gamma is None:
-            return model.trainable_variables, None
-        q = getattr(model, "inducing", None)
-        if q is None or not hasattr(model, "natgrad_elbo"):
-            raise ConfigError("natgrad_gamma needs a model with inducing points (q(u)); this one has none")
-        if self.strategy.num_replicas_in_sync > 1:
-            raise ConfigError("natural-gradient steps need a single replica")
-        natural = {v.ref() for v in q.trainable_variables}
-        variables = [v for v in model.trainable_variables if v.ref() not in natural]
+            return None
+        pairs = list(getattr(self.model, "variational_parameters", lambda: [])())
+        if not pairs:
+            raise ConfigError(f"natgrad_gamma needs a Gaussian q(u) over inducing points (variational_parameters); "
+                              f"this {type(self.model).__name__} has none")
+        for pair in pairs:
+            NaturalGradient.check(*pair)
+        return NaturalGradient(gamma), pairs
 
-        class _View:  # what natgrad_step expects: `.q` and `.elbo(batch, q_mu=, q_sqrt=)`
-            def __init__(self, seed):
-                self.q, self.seed = q, seed
+    def _compiled_step(self, signature=None):
+        """The compiled step for batches of `signature` (the tagger's; traced once) or, without one,
+        for any batches (retraced as their shapes need)."""
+        key = signature is not None
+        if key not in self._steps:
+            input_signature = None if signature is None else [signature, tf.TensorSpec([2], tf.int32)]
+            self._steps[key] = build_svi_step(
+                self.strategy, self.model.loss, self.adam_variables, self.optimizer, natural=self.natural,
+                size_fn=batch_size_of, jit_compile=self.config.jit_compile, input_signature=input_signature)
+        return self._steps[key]
 
-            def elbo(self, batch, q_mu, q_sqrt):
-                return model.natgrad_elbo(batch, self.seed, q_mu, q_sqrt)
+    def _seed(self, step: int) -> tf.Tensor:
+        return tf.constant([self.config.seed, step], dtype=tf.int32)
 
-        def pre_step(batch, seed):
-            natgrad_step(_View(seed), batch, gamma)
+    # ---- steps -----------------------------------------------------------------------------------
+    def step(self, batch) -> float:
+        """One training step on a global batch of tensors; returns the global-batch loss before the
+        update. A non-finite loss or gradient raises `NumericalError` (no variable changed)."""
+        loss, applied = self._compiled_step()(batch, self._seed(self.state.step))
+        value = float(loss)
+        if not bool(applied) or not math.isfinite(value):
+            raise NumericalError(f"non-finite loss {value} at step {self.state.step} "
+                                 "(a Cholesky factor failed or the learning rate is too large)")
+        self.state.step += 1
+        self.step_var.assign(self.state.step)
+        return value
 
-        return variables, pre_step
-
-    # ---- checkpoints -------------------------------------------------------------------------
-    def _checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step_var)
-
-    def save_checkpoint(self) -> None:
-        """Write model + optimiser + state to `checkpoint_dir/checkpoint` atomically (dir rename).
-
-        Only the chief writes there; other workers write their (identical) variables to a
-        temporary directory and delete it, since saving mirrored variables is collective.
-        `.checkpoint.tmp-PID` directories of writers that were killed are removed first;
-        state.json records the shape of every variable, so that `--resume` with another
-        configuration or corpus names what differs."""
-        if self.checkpoint_dir is None:
-            return
-        if not self.is_chief:
-            scratch = Path(tempfile.mkdtemp(prefix="gpseq-worker-ckpt-"))
-            try:
-                self._checkpoint().write(str(scratch / "ckpt"))
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            return
-        from gpseq.corpora._atomic import stale_temp_siblings
-
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        for stale in stale_temp_siblings(self.checkpoint_dir, (".checkpoint.tmp-",)):
-            shutil.rmtree(stale, ignore_errors=True)
-        final = self.checkpoint_dir / "checkpoint"
-        tmp = self.checkpoint_dir / f".checkpoint.tmp-{os.getpid()}"
-        old = self.checkpoint_dir / ".checkpoint.old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self._checkpoint().write(str(tmp / "ckpt"))
-        state = asdict(self.state)
-        state["best_values"] = None
-        state["variables"] = self._variable_shapes()
-        with open(tmp / "state.json", "w") as handle:
-            json.dump(state, handle)
-        if self._best_values is not None:
-            np.savez(tmp / "best.npz", *self._best_values)
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-
-    def _variable_shapes(self) -> dict[str, list[int]]:
-        """{path of the variable in the model: shape} (what a checkpoint must match to be restored)."""
-        flatten = getattr(self.model, "_flatten", None)
-        if flatten is not None:
-            found = flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)
-            named = (("/".join(str(part) for part in path), v) for path, v in found)
-        else:
-            named = ((f"{i}:{v.name}", v) for i, v in enumerate(self.model.trainable_variables))
-        return {name: [int(d) for d in variable.shape] for name, variable in named}
-
-    def restore_checkpoint(self) -> bool:
-        """Load the last checkpoint if there is one; returns whether one was found.
-
-        A checkpoint written for another model (other labels, features, kernel, inducing points…)
-        is a ConfigError naming the checkpoint directory and the first variables that differ."""
-        if self.checkpoint_dir is None:
-            return False
-        final = self.checkpoint_dir / "checkpoint"
-        if not (final / "state.json").exists():
-            return False
-        advice = "use another --checkpoint-dir, delete it, or train without --resume"
-        try:
-            with open(final / "state.json") as handle:
-                state = json.load(handle)
-            if not isinstance(state, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as error:
-            raise ConfigError(f"{final}: unreadable checkpoint state ({error}); {advice}") from None
-        saved = state.pop("variables", None)
-        if isinstance(saved, dict):
-            current = self._variable_shapes()
-            differences = [
-                f"{name} {saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now"
-                for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)
-            ]
-            if differences:
-                more = f" (and {len(differences) - 2} more)" if len(differences) > 2 else ""
-                raise ConfigError(
-                    f"{self.checkpoint_dir}: the checkpoint was written for another model configuration or "
-                    f"corpus: {'; '.join(differences[:2])}{more}; {advice}"
-                )
-        self._ensure_slots()
-        try:
-            self._checkpoint().read(str(final / "ckpt")).assert_consumed()
-        except (ValueError, AssertionError, tf.errors.OpError) as error:
-            detail = " ".join(str(error).split())[:300]
-            raise ConfigError(
-                f"{self.checkpoint_dir}: the checkpoint does not match this model configuration or corpus "
-                f"({detail}); {advice}"
-            ) from None
-        state.pop("best_values", None)
-        try:
-            self.state = TrainState(**state)
-        except TypeError as error:
-            raise ConfigError(f"{final}: unreadable checkpoint state ({error}); {advice}") from None
-        best = final / "best.npz"
-        if best.exists():
-            with np.load(best, allow_pickle=False) as arrays:
-                self._best_values = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
-        return True
-
-    def _ensure_slots(self) -> None:
-        # Adam creates its slot variables lazily; build them so a checkpoint can fill them.
-        if not self.optimizer.built:
-            with self.strategy.scope():
-                self.optimizer.build(self.model.trainable_variables)
-
-    # ---- the loop ----------------------------------------------------------------------------
-    def fit(self, data: SequenceData, *, resume: bool = False) -> TrainState:
+    def fit(self, data, max_steps: int | None = None, *, resume: bool = False) -> TrainState:
+        """Trains on `data` (`SequenceData`, or an iterable / `tf.data.Dataset` of global batches) and
+        returns the state: `max_steps` steps in all when given (passing over the data as often as
+        needed), else `config.epochs` passes over it, at most `config.max_steps` steps. With
+        `resume`, continues from the last checkpoint (iterables of batches are then read again from
+        their start)."""
         cfg = self.config
         if resume and not self.restore_checkpoint():
-            log.warning("resume requested but no checkpoint found in %s; starting fresh", self.checkpoint_dir)
-        n_seq = len(data)
-        batches_per_epoch = math.ceil(n_seq / cfg.batch_size)
-        total = batches_per_epoch * cfg.epochs
-        if cfg.max_steps is not None:
-            total = min(total, cfg.max_steps)
-        eval_every = cfg.eval_every or batches_per_epoch
-        tokens = max(1, int(data.lengths.sum()))
+            log.warning("resume requested but no checkpoint found in %s; starting fresh",
+                        self.checkpoints.directory if self.checkpoints else None)
+        if isinstance(data, SequenceData):
+            per_epoch = math.ceil(len(data) / cfg.batch_size)
+            tokens = max(1, int(data.lengths.sum()))
+        else:
+            per_epoch, tokens = _epoch_length(data), 1
+        if max_steps is not None:
+            total = max_steps
+        elif per_epoch is not None:
+            total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
+        elif cfg.max_steps is not None:
+            total = cfg.max_steps
+        else:
+            raise ConfigError("training on batches of unknown number needs max_steps")
+        step = self.state.step
+        if isinstance(data, SequenceData):
+            plan = batch_plan(data.lengths, cfg.batch_size, cfg.seed, step, total)
+            batches = distributed_batches(self.strategy, data, plan, self.model.dtype)
+            step_fn = self._compiled_step(batches.element_spec)
+        else:
+            batches = _repeated(self.strategy, data, total - step)
+            step_fn = self._compiled_step()
+        eval_every = cfg.eval_every or per_epoch
         start = time.perf_counter()
         bad_in_a_row = 0
-        step = self.state.step
-        plan = batch_plan(data.lengths, cfg.batch_size, cfg.seed, step, total)
-        batches = distributed_batches(self.strategy, data, plan, self.model.dtype)
-        if self._step_fn is None:
-            self._step_fn = self._build_step(batches.element_spec)
         for batch in batches:
             if step >= total or self.state.stopped_early:
                 break
-            epoch = step // batches_per_epoch
-            seed = tf.constant([cfg.seed, step], dtype=tf.int32)
-            loss, applied = self._step_fn(batch, seed)
+            epoch = step // per_epoch if per_epoch else 0
+            loss, applied = step_fn(batch, self._seed(step))
             step += 1
             self.state.step = step
             self.step_var.assign(step)
@@ -339,14 +260,15 @@ class Trainer:
                     )
                 continue
             bad_in_a_row = 0
-            elbo = -float(loss) / tokens
+            loss = float(loss)
+            elbo = -loss / tokens
             self._emit(Progress(step, total, epoch, elbo, skipped_steps=self.state.skipped_steps,
-                                elapsed_s=time.perf_counter() - start))
-            if self.evaluate is not None and (step % eval_every == 0 or step == total):
+                                elapsed_s=time.perf_counter() - start, loss=loss))
+            if self.evaluate is not None and ((eval_every and step % eval_every == 0) or step == total):
                 self._run_eval(step, total, epoch, elbo, start)
                 if self.state.stopped_early:
                     break
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and self.checkpoints is not None:
                 self.save_checkpoint()
                 self._emit(Progress(step, total, epoch, elbo, event="checkpoint",
                                     elapsed_s=time.perf_counter() - start))
@@ -354,10 +276,29 @@ class Trainer:
             for variable, value in zip(self.model.trainable_variables, self._best_values):
                 variable.assign(value)
         self.save_checkpoint()
-        self._emit(Progress(step, total, step // max(1, batches_per_epoch), float("nan"), event="done",
+        self._emit(Progress(step, total, step // max(1, per_epoch or 1), float("nan"), event="done",
                             dev_score=self.state.best_score, elapsed_s=time.perf_counter() - start))
         return self.state
 
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        """Writes model + optimisers + state to `checkpoint_dir/checkpoint` (chief only; atomic)."""
+        if self.checkpoints is not None:
+            self.checkpoints.save(asdict(self.state), self._best_values)
+
+    def restore_checkpoint(self) -> bool:
+        """Loads the last checkpoint if there is one; returns whether one was found."""
+        found = self.checkpoints.restore() if self.checkpoints is not None else None
+        if found is None:
+            return False
+        state, self._best_values = found
+        try:
+            self.state = TrainState(**state)
+        except TypeError as error:
+            raise ConfigError(f"{self.checkpoints.directory}: unreadable checkpoint state ({error})") from None
+        return True
+
+    # ---- evaluation and progress -----------------------------------------------------------------
     def _run_eval(self, step: int, total: int, epoch: int, elbo: float, start: float) -> None:
         score, metrics = self.evaluate()
         self.state.history.append({"step": step, "elbo_per_token": elbo, **metrics})
@@ -378,3 +319,31 @@ class Trainer:
     def _emit(self, progress: Progress) -> None:
         for callback in self.callbacks:
             callback(progress)
+
+
+def _epoch_length(batches) -> int | None:
+    """Batches per pass over `batches` (None when unknown or infinite)."""
+    if isinstance(batches, tf.data.Dataset):
+        count = int(batches.cardinality())
+        return count if count > 0 else None
+    try:
+        return len(batches)
+    except TypeError:
+        return None
+
+
+def _repeated(strategy: tf.distribute.Strategy, batches: Iterable, steps: int):
+    """`steps` global batches, passing over `batches` again as often as needed; a dataset is
+    distributed over the replicas (each gets its share of every global batch)."""
+    if isinstance(batches, tf.data.Dataset) and strategy.num_replicas_in_sync > 1:
+        batches = strategy.experimental_distribute_dataset(batches)
+    produced = 0
+    while produced < steps:
+        before = produced
+        for batch in batches:
+            yield batch
+            produced += 1
+            if produced >= steps:
+                return
+        if produced == before:
+            return

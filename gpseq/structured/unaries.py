@@ -1,0 +1,256 @@
+"""The potentials of the structured GP: unary GPs over sparse token features and Gaussian pairwise
+potentials (seed `graybox-structured-gp.md` §3–4).
+
+Unary potentials, one latent function per label j:
+    f_j(x) = b_j + w_jᵀx + g_j(x)  (+ a deep GP, `gpseq.structured.deep_unaries`)
+with the linear part in weight space (`gpseq.gp.WeightSpaceLinear`: the linear-kernel GP without an
+inducing approximation; DESIGN "The expressiveness trap") and g_j a sparse GP (`SparseGPUnaries`)
+with K-means inducing inputs Z and q(u) a mixture of K Gaussians (seed eq. 13). Each sequence's
+unaries are Gaussian with T_n-dimensional blocks per label (seed Theorem 3, eqs. 15–18): mean
+X_n μ_j + A_n m_kj, covariance X_n diag(s_j) X_nᵀ + K̃_n + A_n S_kj A_nᵀ.
+
+Batches are the tagger's padded batches: `indices [B, T, F]` (batch-local ids into
+`feature_ids [U]`), `values [B, T, F]`, `lengths [B]`. Samples carry the mixture component and the
+sample axes in front: `[K, S, B, T, V]`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from gpseq._tfp import tfp
+
+from gpseq.features.padded import PaddedRows
+from gpseq.gp.conditionals import conditional_noise, projections
+from gpseq.gp.linalg import safe_cholesky
+from gpseq.gp.variational import VariationalGaussian
+
+tfd = tfp.distributions
+
+
+def global_rows(batch) -> PaddedRows:
+    """The batch's tokens as padded rows over the whole feature space `[B, T, F]` (kernels gather Z by them)."""
+    return PaddedRows(tf.gather(batch["feature_ids"], batch["indices"]), batch["values"])
+
+
+class SparseGPUnaries(tf.Module):
+    """g_j(x), j = 1…V: a sparse GP per label with `kernel`, shared inducing inputs `Z [M, D]` and
+    q(u) = Σ_k π_k Π_j N(u_j; m_kj, S_kj) (`VariationalGaussian`, whitened by default).
+
+    `conditional`: the per-sequence K̃_n of seed eq. 18 as the joint T × T block ("full") or its
+    diagonal ("diag": tokens conditionally independent given u).
+    """
+
+    def __init__(self, kernel, inducing_inputs, num_labels: int, *, full_cov: bool = True, whiten: bool = True,
+                 num_components: int = 1, conditional: str = "diag", jitter: float = 1e-6, dtype=tf.float32):
+        super().__init__(name="sparse_gp_unaries")
+        inducing_inputs = np.asarray(inducing_inputs)
+        self.kernel, self.whiten, self.conditional, self.jitter = kernel, whiten, conditional, jitter
+        self.inducing_inputs_t = tf.constant(inducing_inputs.T, dtype)  # [D, M]
+        self.q = VariationalGaussian(inducing_inputs.shape[0], num_labels, full_cov=full_cov, whiten=whiten,
+                                     num_components=num_components, dtype=dtype)
+
+    def kzz_cholesky(self):
+        """chol(K_zz + jitter I) `[M, M]`."""
+        return safe_cholesky(self.kernel.K(tf.transpose(self.inducing_inputs_t)), jitter=self.jitter)
+
+    def projection(self, batch):
+        """At the batch's tokens: A_w = K_xz L⁻ᵀ `[B, T, M]` (for K̃), the projection of q(u) `[B, T, M]`
+        (A_w whitened, A = K_xz K_zz⁻¹ otherwise; seed eq. 17) and diag K_xx `[B, T]`."""
+        rows = global_rows(batch)
+        kxz = self.kernel.K(rows, tf.transpose(self.inducing_inputs_t))
+        a_w, proj = projections(kxz, self.kzz_cholesky(), self.whiten)
+        return a_w, proj, self.kernel.K_diag(rows)
+
+    def mean(self, batch):
+        """E_q[g] `[B, T, V]` (the mixture's mean)."""
+        _, proj, _ = self.projection(batch)
+        return tf.einsum("btm,kmv,k->btv", proj, tf.convert_to_tensor(self.q.q_mu), self.q.mixture_weights())
+
+    def moments(self, batch):
+        """Mean and marginal variance of g `[B, T, V]` each: diag K̃ + diag(A S Aᵀ), a mixture's
+        variance taken as its components' mean variance."""
+        a_w, proj, kxx = self.projection(batch)
+        weights = self.q.mixture_weights()
+        mean = tf.einsum("btm,kmv,k->btv", proj, tf.convert_to_tensor(self.q.q_mu), weights)
+        variance = tf.nn.relu(kxx - tf.reduce_sum(a_w**2, -1))[..., None]
+        scale = tf.convert_to_tensor(self.q.q_sqrt)
+        if self.q.full_cov:  # [K, V, M, M]
+            projected = tf.einsum("btm,kvmn->kbtvn", proj, scale)
+            variance += tf.einsum("k,kbtv->btv", weights, tf.reduce_sum(projected**2, -1))
+        else:  # [K, M, V]
+            variance += tf.einsum("k,btm,kmv->btv", weights, proj**2, scale**2)
+        return mean, variance
+
+    def sample(self, batch, num_samples: int, seed):
+        """Joint samples of g per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 18) and the draws of
+        q(u) they were built from `[K, S, M, V]` (v when whitened): u ~ q_k(u), g = A u + a draw of
+        the conditional N(0, K̃_n)."""
+        seeds = tfp.random.split_seed(seed, 2)
+        a_w, proj, kxx = self.projection(batch)
+        draws = self.q.sample_u(num_samples, seeds[0])  # [K, S, M, V]
+        g = tf.einsum("btm,ksmv->ksbtv", proj, draws)
+        shape = tf.concat([tf.shape(draws)[:2], tf.shape(a_w)[:2], [self.q.num_latent]], 0)
+        eps = tf.random.stateless_normal(shape, seeds[1], dtype=a_w.dtype)
+        mask = tf.sequence_mask(batch["lengths"], tf.shape(a_w)[1], dtype=a_w.dtype)  # [B, T]
+        if self.conditional == "full":
+            g += conditional_noise(eps, a_w, mask, self.jitter, k_block=self.kernel.K_sparse_block(global_rows(batch)))
+        else:
+            g += conditional_noise(eps, a_w, mask, self.jitter, k_diag=kxx)
+        return g, draws
+
+    def log_densities(self, draws):
+        """Per component k: log q_k(u_j) per label `[S, V]` and its mean-score Σ_k⁻¹(u − m_k)
+        `[S, M, V]` at `draws [K, S, M, V]` (for the score-function estimator)."""
+        draws = tf.stop_gradient(draws)
+        log_density = self.q.components().log_prob(tf.transpose(draws, [1, 0, 3, 2]))  # [S, K, V]
+        diff = draws - tf.convert_to_tensor(self.q.q_mu)[:, None]  # [K, S, M, V]
+        scale = tf.convert_to_tensor(self.q.q_sqrt)
+        if self.q.full_cov:  # Σ⁻¹ (u − m) by two triangular solves, per component and label
+            rhs = tf.transpose(diff, [0, 3, 2, 1])  # [K, V, M, S]
+            score = tf.transpose(tf.linalg.cholesky_solve(scale, rhs), [0, 3, 2, 1])
+        else:
+            score = diff / (scale**2)[:, None]
+        return [(log_density[:, k], score[k]) for k in range(self.q.num_components)]
+
+
+class Unaries(tf.Module):
+    """f_j(x) = b_j + w_jᵀx + g_j(x) (+ deep GP): the label bias `[V]` and any of a weight-space
+    `linear` part, a `sparse` inducing-point GP and `deep` unaries, whose posteriors are independent."""
+
+    def __init__(self, num_features: int, num_labels: int, *, linear=None, sparse=None, deep=None,
+                 dtype=tf.float32):
+        super().__init__(name="unaries")
+        self.num_features, self.num_labels, self.dtype = num_features, num_labels, dtype
+        self.label_bias = tf.Variable(tf.zeros([num_labels], dtype), name="label_bias")
+        self.linear, self.sparse, self.deep = linear, sparse, deep
+
+    @property
+    def num_components(self) -> int:
+        """K, the mixture components of q(u) (1 without a sparse GP)."""
+        return self.sparse.q.num_components if self.sparse is not None else 1
+
+    def mixture_weights(self):
+        """π `[K]`."""
+        if self.sparse is None:
+            return tf.ones([1], self.dtype)
+        return self.sparse.q.mixture_weights()
+
+    def inducing_inputs(self) -> np.ndarray | None:
+        """The K-means inducing inputs Z `[M, D]` of the sparse or deep GP (None without)."""
+        part = self.sparse if self.sparse is not None else self.deep
+        return None if part is None else part.inducing_inputs_t.numpy().T
+
+    def variational_parameters(self):
+        """[(q_mu, q_sqrt)] of the sparse GP's q(u), for natural-gradient steps ([] without one)."""
+        return [] if self.sparse is None else [(self.sparse.q.q_mu, self.sparse.q.q_sqrt)]
+
+    def kl(self):
+        """KL(q(w)‖p(w)) + KL(q(u)‖p(u)) (Jensen bound when K > 1) + the deep GP's KLs → scalar."""
+        kl = tf.zeros([], self.dtype)
+        if self.linear is not None:
+            kl += self.linear.kl()
+        if self.sparse is not None:
+            kl += self.sparse.q.kl(None if self.sparse.whiten else self.sparse.kzz_cholesky())
+        if self.deep is not None:
+            kl += self.deep.kl()
+        return kl
+
+    def _local_rows(self, batch) -> PaddedRows:
+        return PaddedRows(batch["indices"], batch["values"])
+
+    def mean(self, batch):
+        """E_q[f] `[B, T, V]` (the deep part at its mean hidden representation)."""
+        mean = self.label_bias + tf.zeros_like(batch["values"][..., :1])
+        if self.linear is not None:
+            mean += self.linear.mean_f(self._local_rows(batch), batch["feature_ids"])
+        if self.sparse is not None:
+            mean += self.sparse.mean(batch)
+        if self.deep is not None:
+            mean += self.deep.mean(batch)
+        return mean
+
+    def moments(self, batch):
+        """Mean and marginal variance of each unary potential, `[B, T, V]` each (linear part
+        Σ_f x_f² s_f; sparse part diag K̃ + diag A S Aᵀ; deep unaries contribute their mean only)."""
+        mean = self.label_bias + tf.zeros_like(batch["values"][..., :1])
+        variance = tf.zeros_like(mean)
+        if self.linear is not None:
+            linear_mean, linear_variance = self.linear.marginals(self._local_rows(batch), batch["feature_ids"])
+            mean, variance = mean + linear_mean, variance + linear_variance
+        if self.sparse is not None:
+            sparse_mean, sparse_variance = self.sparse.moments(batch)
+            mean, variance = mean + sparse_mean, variance + sparse_variance
+        if self.deep is not None:
+            mean += self.deep.mean(batch)
+        return mean, variance
+
+    def sample(self, batch, num_samples: int, seed, return_draws: bool = False):
+        """Joint samples of the unaries per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 19).
+
+        Linear part: the U weights the batch touches drawn from q(w) (an exact joint sample over
+        the batch at O(U · V) per draw). Sparse part: u ~ q_k(u) per mixture component (`sample`).
+        With `return_draws` also returns the Gaussian draws {"w": [S, U, V], "u": [K, S, M, V]}.
+        """
+        seeds = tfp.random.split_seed(seed, 3)
+        K, S = self.num_components, num_samples
+        B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
+        V = self.num_labels
+        draws = {}
+        f = self.label_bias + tf.zeros([K, S, B, T, V], self.dtype)
+        if self.linear is not None:
+            mu = tf.gather(self.linear.q_mu, batch["feature_ids"])  # [U, V]
+            sd = tf.sqrt(tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"]))  # [U, V]
+            U = tf.shape(mu)[0]
+            # drawn directly in [U, S, V] so the table the tokens gather from needs no transpose
+            eps = tf.random.stateless_normal(tf.stack([U, S, V]), seeds[0], dtype=self.dtype)
+            w = mu[:, None] + sd[:, None] * eps  # [U, S, V]
+            if return_draws:
+                draws["w"] = tf.transpose(w, [1, 0, 2])  # [S, U, V]
+            gathered = tf.gather(tf.reshape(w, [U, S * V]), batch["indices"])  # [B, T, F, S·V]
+            lin = tf.einsum("btf,btfc->btc", batch["values"], gathered)  # [B, T, S·V]
+            f += tf.transpose(tf.reshape(lin, [B, T, S, V]), [2, 0, 1, 3])  # [S, B, T, V]
+        if self.sparse is not None:
+            g, draws["u"] = self.sparse.sample(batch, S, seeds[1])
+            f += g
+        if self.deep is not None:
+            f += self.deep.sample(batch, S, seeds[2])[None]  # [1, S, B, T, V]
+        return (f, draws) if return_draws else f
+
+    def weight_log_density(self, batch, w):
+        """log q(w) per element of the batch's weight draws `w [S, U, V]` and its mean-score (w − μ) / s."""
+        w = tf.stop_gradient(w)
+        mu = tf.gather(self.linear.q_mu, batch["feature_ids"])
+        variance = tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"])
+        return tfd.Normal(mu, tf.sqrt(variance)).log_prob(w), (w - mu) / variance
+
+
+class GaussianPairwise(tf.Module):
+    """q(f_bin) = N(m, diag s) over the V × V transition potentials, prior N(0, σ²_bin I) (seed eq. 12)."""
+
+    def __init__(self, num_labels: int, *, prior_variance: float = 1.0, initial_variance: float = 1e-4,
+                 dtype=tf.float32):
+        super().__init__(name="pairwise")
+        self.prior_variance, self.dtype = prior_variance, dtype
+        self.mean = tf.Variable(tf.zeros([num_labels, num_labels], dtype), name="pairwise_mean")
+        self.variance = tfp.util.TransformedVariable(
+            tf.fill([num_labels, num_labels], tf.cast(initial_variance, dtype)), tfp.bijectors.Softplus(),
+            name="pairwise_variance")
+
+    def distribution(self):
+        """q(f_bin) elementwise: `tfd.Normal` with batch shape `[V, V]`."""
+        return tfd.Normal(self.mean, tf.sqrt(tf.convert_to_tensor(self.variance)))
+
+    def kl(self):
+        """KL(q(f_bin) ‖ p(f_bin)) → scalar."""
+        prior = tfd.Normal(tf.zeros([], self.dtype), tf.sqrt(tf.cast(self.prior_variance, self.dtype)))
+        return tf.reduce_sum(tfd.kl_divergence(self.distribution(), prior))
+
+    def sample(self, num_samples: int, seed):
+        """Draws of f_bin `[S, V, V]`."""
+        return self.distribution().sample(num_samples, seed=seed)
+
+    def log_density(self, draws):
+        """log q(f_bin) per element of `draws [S, V, V]` and its mean-score (f − m) / s."""
+        draws = tf.stop_gradient(draws)
+        return self.distribution().log_prob(draws), (draws - self.mean) / tf.convert_to_tensor(self.variance)
