@@ -14,7 +14,7 @@ import tensorflow_probability as tfp
 from gpseq.corpora.types import Sentence
 from gpseq.features import Featurizer, get_preset
 from gpseq.structured.likelihoods import BlackBoxLikelihood
-from gpseq.structured.model import ModelConfig, build_structured_gp
+from gpseq.structured.model import ModelConfig, StructuredGP, build_structured_gp
 from gpseq.tagger import Tagger, TaggerConfig
 from gpseq.training.batching import SequenceData, make_batch
 from gpseq.training.trainer import TrainingConfig
@@ -376,3 +376,34 @@ def test_mixture_components_without_an_inducing_gp_leave_the_model_a_single_gaus
     marg, _, _, _ = monte_carlo_marginals(mixture, batch, 4, seed)
     np.testing.assert_allclose(tf.reduce_sum(marg, -1).numpy()[data.lengths[:, None] > np.arange(marg.shape[1])],
                                1.0, atol=1e-9)
+
+
+def test_array_names_are_those_of_models_saved_before_the_model_was_composed_of_parts():
+    # the arrays.npz names written by gpseq before StructuredGP held unaries/pairwise objects
+    # (listed from that version): models saved then load into the composed model
+    common = ["inducing_inputs/data", "inducing_inputs/indices", "inducing_inputs/indptr", "inducing_inputs/shape",
+              "var:label_bias", "var:pairwise_mean", "var:pairwise_variance/_pretransformed_input",
+              "var:temperature", "var:variance_scale"]
+    sparse = ["var:inducing/mixture_logits", "var:inducing/q_mu", "var:inducing/q_sqrt/_pretransformed_input",
+              "var:kernel/lengthscales/_pretransformed_input", "var:kernel/variance/_pretransformed_input",
+              "var:linear/prior_variance/_pretransformed_input", "var:linear/q_mu",
+              "var:linear/q_variance/_pretransformed_input"]
+    deep = ["var:deep/inducing_inputs2", "var:deep/mean_weights"] + [
+        f"var:deep/{part}" for part in ("kernel1/lengthscales/_pretransformed_input",
+                                        "kernel1/variance/_pretransformed_input",
+                                        "kernel2/lengthscales/_pretransformed_input",
+                                        "kernel2/variance/_pretransformed_input", "q1/mixture_logits", "q1/q_mu",
+                                        "q1/q_sqrt/_pretransformed_input", "q2/mixture_logits", "q2/q_mu",
+                                        "q2/q_sqrt/_pretransformed_input")]
+    Z = np.eye(3, 6)
+    for config, names in ((ModelConfig(kernel="linear+rbf", num_components=2), common + sparse),
+                          (ModelConfig(kernel="paper-rbf", unary="deep", hidden_dims=2), common + deep)):
+        model = build_structured_gp(config, 6, 2, Z, tf.float64)
+        state = model.get_state()
+        assert sorted(state) == sorted(names)
+        for variable in model.trainable_variables:
+            variable.assign(variable + 0.1)
+        reloaded = build_structured_gp(config, 6, 2, StructuredGP.inducing_from_state(state), tf.float64)
+        reloaded.set_state(model.get_state())
+        for a, b in zip(model.trainable_variables, reloaded.trainable_variables):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
