@@ -91,34 +91,14 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _tagger_module():
-    """`gpseq.tagger` (imports TensorFlow, quietly unless --verbose)."""
-    _quiet_tensorflow(_state["verbose"])
+    """`gpseq.tagger`; TensorFlow, when a command comes to need it, is imported quietly unless
+    --verbose (`gpseq._tensorflow`)."""
+    from gpseq import _tensorflow
+
+    _tensorflow.QUIET = not _state["verbose"]
     import gpseq.tagger
 
     return gpseq.tagger
-
-
-def _quiet_tensorflow(verbose: bool) -> None:
-    """Keep TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) off stderr unless --verbose.
-
-    TF_CPP_MIN_LOG_LEVEL=3 silences its logging after start-up, but a few lines are written to
-    file descriptor 2 while the shared libraries load, before that setting is read; so the import
-    itself runs with fd 2 pointed at /dev/null. Import errors still raise as Python exceptions.
-    """
-    if verbose or "tensorflow" in sys.modules:
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # e.g. retracing notices
 
 
 def _command(function):
@@ -513,9 +493,11 @@ def train(
             _require_file(path)
     checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")
     _check_train_outputs(output, checkpoints)
-    from gpseq.training.distribute import is_chief_process
+    chief = True  # multiworker: only the chief writes the model (and holds the lock)
+    if os.environ.get("TF_CONFIG"):  # a cluster (imports TensorFlow, which the default training does without)
+        from gpseq.training.distribute import is_chief_process
 
-    chief = is_chief_process()  # multiworker: only the chief writes the model (and holds the lock)
+        chief = is_chief_process()
     with _train_lock(output) if chief else contextlib.nullcontext():
         if chief:  # again, now that no other training can be writing it
             _check_train_outputs(output, checkpoints)

@@ -37,9 +37,9 @@ from gpseq.corpora.types import Sentence
 from gpseq.corpora._atomic import apply_umask, stale_temp_siblings
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError, OutputError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
-from gpseq.structured.model import ModelConfig
+from gpseq.structured.config import ModelConfig
 from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
-from gpseq.training.trainer import Progress, Trainer, TrainingConfig
+from gpseq.training.config import Progress, TrainingConfig
 
 FORMAT_VERSION = 1
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
@@ -172,11 +172,21 @@ class Tagger:
         self.featurizer = featurizer
         self.labels = list(labels)
         self.label_index = {label: i for i, label in enumerate(self.labels)}
-        self.model = model
+        # `model`: a StructuredGP, or its arrays (`StructuredGP.get_state` names) from the default
+        # training, which needs no TensorFlow: the model is then built on first use
+        self._model, self._state = (None, dict(model)) if isinstance(model, dict) else (model, None)
         self.scores = dict(scores or {})
         self._predict_fn = None
         self._mean_fn = None
         self._gold_fn = None
+
+    @property
+    def model(self):
+        """The `StructuredGP` (built from the trained arrays on first use)."""
+        if self._model is None:
+            self._model = _build_model(self.config, self.featurizer.n_features, len(self.labels), self._state)
+            self._state = None
+        return self._model
 
     # ---- training -----------------------------------------------------------------------------
     @classmethod
@@ -192,11 +202,6 @@ class Tagger:
     ) -> "Tagger":
         """Fit features and the posterior on `train`: MAP + Laplace with evidence-fitted priors and
         a dev-fitted calibration for the weight-space model (the default), SVI otherwise."""
-        import tensorflow as tf
-
-        from gpseq.gp.inducing import kmeans_inducing
-        from gpseq.structured.model import build_structured_gp
-
         config = config or TaggerConfig()
         config.validate()
         train = list(train)
@@ -219,14 +224,21 @@ class Tagger:
         featurizer = Featurizer(config.features).fit(train)
         label_index = {l: i for i, l in enumerate(labels)}
         data = cls._sequence_data(featurizer, train, label_index)
-        dtype = tf.float32 if config.dtype == "float32" else tf.float64
         if method == "laplace":
             from gpseq.training.laplace import train_laplace
 
             dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
-            model, scores = train_laplace(config, featurizer, len(labels), data, dev_data, dtype, callbacks)
+            arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks)
             scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
-            return cls(config, featurizer, labels, model, scores)
+            return cls(config, featurizer, labels, arrays, scores)
+        from gpseq import _tensorflow
+
+        tf = _tensorflow.load()
+
+        from gpseq.gp.inducing import kmeans_inducing
+        from gpseq.structured.model import build_structured_gp
+
+        dtype = tf.float32 if config.dtype == "float32" else tf.float64
         inducing = None
         if config.model.has_inducing:
             M = min(config.model.num_inducing, data.rows.shape[0])
@@ -252,6 +264,8 @@ class Tagger:
                     return -metrics["token_nll"], metrics
                 f1 = metrics.get("chunk_f1")
                 return (f1 if f1 is not None else metrics["token_accuracy"]), metrics
+
+        from gpseq.training.trainer import Trainer
 
         trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
                           strategy=strategy)
@@ -501,7 +515,7 @@ class Tagger:
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-{pid}-", dir=directory.parent))
         try:
             self.featurizer.save(tmp / "features")
-            arrays = self.model.get_state()
+            arrays = self._state if self._state is not None else self.model.get_state()
             np.savez_compressed(tmp / "arrays.npz", **arrays)
             meta = {
                 "format": "gpseq-tagger",
@@ -530,10 +544,6 @@ class Tagger:
         manifest (size and sha256, when there is one), the arrays (a missing, empty, truncated
         or non-npz arrays.npz), and the metadata against the arrays and the featurizer (label
         count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
-        import tensorflow as tf
-
-        from gpseq.structured.model import StructuredGP, build_structured_gp
-
         directory = Path(directory)
         meta_path = directory / "tagger.json"
         if not meta_path.is_file():
@@ -567,11 +577,23 @@ class Tagger:
         featurizer = Featurizer.load(directory / "features")
         arrays = _read_arrays(directory / "arrays.npz")
         _check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer, config)
-        dtype = tf.float32 if config.dtype == "float32" else tf.float64
-        model = build_structured_gp(config.model, meta["num_features"], len(meta["labels"]),
-                                    StructuredGP.inducing_from_state(arrays), dtype)
-        model.set_state(arrays)
+        model = _build_model(config, meta["num_features"], len(meta["labels"]), arrays)
         return cls(config, featurizer, meta["labels"], model, meta.get("scores"))
+
+
+def _build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays: dict):
+    """The `StructuredGP` of `config` holding `arrays` (`StructuredGP.get_state` names)."""
+    from gpseq import _tensorflow
+
+    tf = _tensorflow.load()
+
+    from gpseq.structured.model import StructuredGP, build_structured_gp
+
+    dtype = tf.float32 if config.dtype == "float32" else tf.float64
+    model = build_structured_gp(config.model, num_features, num_labels, StructuredGP.inducing_from_state(arrays),
+                                dtype)
+    model.set_state(arrays)
+    return model
 
 
 # ---- model directories: what gpseq wrote, what it may replace ------------------------------------

@@ -12,23 +12,36 @@ import tensorflow as tf
 
 from gpseq.structured import chain
 from gpseq.structured.model import ModelConfig, build_structured_gp
-from gpseq.structured.scaled_chain import forward_backward
-from gpseq.training.calibration import fit_calibration
+from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import SequenceData, make_batch, token_batches
-from gpseq.training.laplace import _ChainObjective, fit_laplace, observed_pairs
+from gpseq.training.calibration import fit_calibration
+from gpseq.training.chain_objective import NumpyChainObjective, observed_pairs
+from gpseq.training.laplace import fit_laplace, model_state
+
 
 
 @pytest.mark.parametrize("scale", [1.0, 30.0])
-def test_scaled_forward_backward_equals_the_log_space_chain(scale):
-    rng = np.random.default_rng(0)
-    unary = tf.constant(rng.normal(size=(5, 7, 4)) * scale)
-    pairwise = tf.constant(rng.normal(size=(4, 4)) * scale / 3)
-    lengths = tf.constant([7, 1, 3, 2, 6], tf.int32)
-    marg, pair_sum, log_z = forward_backward(unary, pairwise, lengths)
-    ref_marg, ref_pair = chain.marginals(unary, pairwise, lengths)
-    np.testing.assert_allclose(marg, ref_marg, atol=1e-10)
-    np.testing.assert_allclose(pair_sum, tf.reduce_sum(ref_pair, [0, 1]), atol=1e-9)
-    np.testing.assert_allclose(log_z, chain.log_partition(unary, pairwise, lengths), rtol=1e-12)
+def test_time_major_numpy_chain_equals_the_log_space_chain(scale):
+    rng = np.random.default_rng(6)
+    lengths = np.array([7, 1, 3, 2, 6, 3])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    V = 4
+    unary = rng.normal(size=(offsets[-1], V)) * scale
+    pairwise = rng.normal(size=(V, V)) * scale / 3
+    layout = TimeMajor(offsets)
+    marg, pair_sum, log_z = layout.forward_backward(unary[layout.order], pairwise)
+    padded = np.zeros((len(lengths), lengths.max(), V))
+    for b, length in enumerate(lengths):
+        padded[b, :length] = unary[offsets[b]:offsets[b + 1]]
+    ref_marg, ref_pair = chain.marginals(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32))
+    ref_z = chain.log_partition(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32)).numpy()
+    mine = np.zeros_like(padded)
+    corpus_token = layout.order  # time-major row → corpus token
+    sentence = np.repeat(np.arange(len(lengths)), lengths)[corpus_token]
+    mine[sentence, corpus_token - offsets[sentence]] = marg
+    np.testing.assert_allclose(mine, ref_marg.numpy(), atol=1e-10)
+    np.testing.assert_allclose(pair_sum, tf.reduce_sum(ref_pair, [0, 1]).numpy(), atol=1e-9)
+    np.testing.assert_allclose(log_z, ref_z[layout.sentences], rtol=1e-12)
 
 
 def test_token_batches_bound_the_padded_size():
@@ -63,8 +76,8 @@ def test_objective_value_and_gradient_equal_autodiff_of_the_chain_likelihood():
     rng = np.random.default_rng(1)
     data = _synthetic(rng)
     D, V = data.rows.shape[1], 3
-    objective = _ChainObjective(_model(D, V), data, max_tokens=12)
-    support = objective.support.numpy()
+    objective = NumpyChainObjective(data, V, dtype="float64")
+    support = objective.support
     b, w, p = rng.normal(size=V), np.zeros((D, V)), rng.normal(size=(V, V))
     w.ravel()[support] = rng.normal(size=len(support))  # weights off the support are structurally 0
     nll, g_b, g_w, g_p = objective.value_and_grad(b, w.ravel()[support], p)
@@ -103,8 +116,8 @@ def test_fisher_diagonal_equals_the_variance_of_the_sufficient_statistics_by_enu
         sequences.append(rows)
     data = SequenceData(sp.csr_matrix(np.vstack(sequences)), np.arange(0, 3 * T + 1, T, dtype=np.int64),
                         rng.integers(V, size=3 * T).astype(np.int32))
-    objective = _ChainObjective(_model(D, V), data, max_tokens=64)
-    support = objective.support.numpy()
+    objective = NumpyChainObjective(data, V, dtype="float64")
+    support = objective.support
     b, w, p = rng.normal(size=V), np.zeros((D, V)), rng.normal(size=(V, V))
     w.ravel()[support] = rng.normal(size=len(support))
     f_b, f_w, f_p = objective.fisher(b, w.ravel()[support], p)
@@ -123,12 +136,17 @@ def test_map_is_a_stationary_point_and_the_laplace_variance_inverts_the_exact_he
     rng = np.random.default_rng(3)
     data = _synthetic(rng, n_seq=20, D=40, max_len=3)
     D, V = data.rows.shape[1], 3
-    model = _model(D, V)
     groups = np.zeros(D, np.int64)
     groups[1:] = 1 + (np.arange(1, D) % 2)  # two template groups
-    fit_laplace(model, data, groups, ["<pad>", "odd", "even"], prior_variance=0.7, pairwise_prior_variance=2.0,
-                bias_prior_variance=5.0, max_iterations=500, tolerance=1e-14)
+    fit = fit_laplace(NumpyChainObjective(data, V, dtype="float64"), groups, ["<pad>", "odd", "even"],
+                      prior_variance=0.7, pairwise_prior_variance=2.0, bias_prior_variance=5.0, max_iterations=500,
+                      tolerance=1e-14)
     support = observed_pairs(data, V)
+    model = _model(D, V)  # the fit as the model the tagger builds from the saved arrays
+    model.set_state(model_state(fit, prior_variance=0.7, alpha=0.5, temperature=1.5, dtype="float64"))
+    np.testing.assert_allclose(model.unaries.linear.q_variance.numpy().ravel()[support], fit.weight_variance, rtol=1e-9)
+    np.testing.assert_allclose(model.pairwise.variance.numpy(), fit.pairwise_variance, rtol=1e-9)
+    assert float(model.variance_scale.numpy()) == 0.5 and float(model.temperature.numpy()) == 1.5
     batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
     w_obs = tf.Variable(model.unaries.linear.q_mu.numpy().ravel()[support])
     b, p = tf.Variable(model.unaries.label_bias.numpy()), tf.Variable(model.pairwise.mean.numpy())
@@ -153,6 +171,15 @@ def test_map_is_a_stationary_point_and_the_laplace_variance_inverts_the_exact_he
     assert np.all(model.unaries.linear.q_mu.numpy().ravel()[unseen] == 0.0)
 
 
+def test_model_state_names_the_arrays_as_the_model_does():
+    data = _synthetic(np.random.default_rng(7))
+    D, V = data.rows.shape[1], 3
+    fit = fit_laplace(NumpyChainObjective(data, V), np.zeros(D, np.int64), ["all"], max_iterations=3)
+    mine = model_state(fit, prior_variance=4.0, alpha=1.0, temperature=1.0, dtype="float32")
+    theirs = build_structured_gp(ModelConfig(kernel="linear"), D, V, None, tf.float32).get_state()
+    assert {k: (v.shape, v.dtype) for k, v in mine.items()} == {k: (v.shape, v.dtype) for k, v in theirs.items()}
+
+
 def _fires_once_per_sequence(data, support, V):
     """Mask over `support` of the pairs whose feature fires at most once in every sequence."""
     token_sequence = np.repeat(np.arange(len(data)), data.lengths)
@@ -175,10 +202,8 @@ def test_calibration_recovers_a_known_temperature():
     labels = np.array([rng.choice(V, p=row) for row in probs], np.int32)
     data = SequenceData(sp.csr_matrix((np.ones(N), (np.arange(N), features)), shape=(N, D)),
                         np.arange(N + 1, dtype=np.int64), labels)  # one-token sequences: the chain is a softmax
-    model = _model(D, V)
-    model.unaries.linear.q_mu.assign(w)
-    model.unaries.linear.q_variance.assign(np.full((D, V), 1e-12))
-    fitted = fit_calibration(model, data)
+    fitted = fit_calibration(w[features], np.zeros((N, V)), np.zeros((V, V)), np.zeros((V, V)), labels,
+                             data.offsets)
     assert fitted["temperature"] == pytest.approx(2.0, rel=0.06)
     assert fitted["dev_token_nll"] < fitted["dev_token_nll_uncalibrated"]
 
@@ -196,3 +221,38 @@ def test_unary_moments_match_monte_carlo_over_the_weight_posterior():
     mask = tf.sequence_mask(batch["lengths"]).numpy()
     np.testing.assert_allclose(draws.mean(0)[mask], mean.numpy()[mask], atol=0.03)
     np.testing.assert_allclose(draws.var(0)[mask], variance.numpy()[mask], rtol=0.05)
+
+
+def test_lbfgs_reaches_the_minimiser_of_an_ill_conditioned_quadratic_and_of_rosenbrock():
+    from gpseq.training.lbfgs import minimize_lbfgs
+
+    rng = np.random.default_rng(8)
+    basis, _ = np.linalg.qr(rng.normal(size=(50, 50)))
+    hessian = basis @ np.diag(np.logspace(0, 4, 50)) @ basis.T
+    target = rng.normal(size=50)
+    result = minimize_lbfgs(lambda x: (0.5 * (x - target) @ hessian @ (x - target), hessian @ (x - target)),
+                            np.zeros(50), max_iterations=2000, ftol=0.0, gtol=1e-9, memory=10)
+    np.testing.assert_allclose(result.x, target, atol=1e-8)  # closed form: H (x − t) = 0
+
+    def rosenbrock(x):
+        f = 100.0 * (x[1] - x[0] ** 2) ** 2 + (1.0 - x[0]) ** 2
+        return f, np.array([-400.0 * x[0] * (x[1] - x[0] ** 2) - 2.0 * (1.0 - x[0]), 200.0 * (x[1] - x[0] ** 2)])
+
+    result = minimize_lbfgs(rosenbrock, np.array([-1.2, 1.0]), max_iterations=500, ftol=0.0, gtol=1e-10)
+    np.testing.assert_allclose(result.x, [1.0, 1.0], atol=1e-6)
+
+
+def test_the_default_training_and_a_tagger_import_without_tensorflow():
+    """The settings name the likelihoods the model maps to objects; `gpseq.tagger` and the default
+    training import in a fresh interpreter without TensorFlow."""
+    import subprocess
+    import sys
+
+    from gpseq.structured.config import LIKELIHOODS
+    from gpseq.structured.likelihoods import LIKELIHOODS as objects
+
+    assert tuple(LIKELIHOODS) == tuple(objects)
+    code = ("import sys, gpseq.tagger, gpseq.training.laplace, gpseq.training.calibration; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

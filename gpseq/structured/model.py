@@ -12,8 +12,6 @@ a tagger) to the parts; prediction lives in `gpseq.structured.predict`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
@@ -22,64 +20,14 @@ from gpseq._tfp import tfp
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.gp.kernels import RBF, Linear
 from gpseq.gp.weight_space import WeightSpaceLinear
-from gpseq.structured.likelihoods import LIKELIHOODS, likelihood_by_name
+from gpseq.structured.config import ESTIMATORS, KERNELS, ModelConfig  # noqa: F401  (re-exported)
+from gpseq.structured.likelihoods import likelihood_by_name
 from gpseq.structured.unaries import GaussianPairwise, SparseGPUnaries, Unaries
-
-KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
-ESTIMATORS = ("pathwise", "score")
 
 # arrays.npz names of the parts' variables (the model format, older than the model's composition):
 # the first prefix that matches a variable's path in the model is replaced.
 _SAVED_NAMES = (("unaries/sparse/q/", "inducing/"), ("unaries/sparse/kernel/", "kernel/"), ("unaries/", ""),
                 ("pairwise/", "pairwise_"))
-
-
-@dataclass
-class ModelConfig:
-    """The structured GP model (saved with the tagger)."""
-
-    kernel: str = "linear"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
-    likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood
-    estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
-    num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
-    num_components: int = 1  # K, mixture components of q(u) (seed eq. 13)
-    full_covariance: bool = True  # q(u) covariance: full (Cholesky) or diagonal
-    whiten: bool = True
-    prior_variance: float = 1.0  # σ² of the weight-space linear part, w ~ N(0, σ² I)
-    learn_prior_variance: bool = False
-    rbf_variance: float = 1.0
-    rbf_lengthscale: float = 4.0
-    linear_variance: float = 1.0  # of the "paper-linear" inducing-point kernel
-    pairwise_prior_variance: float = 1.0
-    rbf_conditional: str = "diag"  # K̃_n blocks: "full" T×T (seed eq. 18) or "diag" (its diagonal)
-    initial_weight_variance: float = 1e-4  # initial s of q(w) (small: start near the MAP)
-    jitter: float = 1e-6
-    unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py)
-    hidden_dims: int = 8  # Q, hidden width of the deep unaries
-
-    def validate(self) -> None:
-        for name, value, allowed in (
-            ("unary", self.unary, ("shallow", "deep")),
-            ("kernel", self.kernel, KERNELS),
-            ("likelihood", self.likelihood, LIKELIHOODS),
-            ("estimator", self.estimator, ESTIMATORS),
-            ("rbf_conditional", self.rbf_conditional, ("full", "diag")),
-        ):
-            if value not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        if self.num_components < 1:
-            raise ConfigError(f"num_components must be >= 1, got {self.num_components}")
-
-    @property
-    def has_weight_space(self) -> bool:
-        return self.kernel in ("linear+rbf", "linear")
-
-    @property
-    def has_inducing(self) -> bool:
-        return self.kernel != "linear"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class StructuredGP(tf.Module):

@@ -8,8 +8,9 @@ runs without TensorFlow (no import, no tracing: a small corpus trains in seconds
 length, then all first tokens, all second tokens, … At step t the sentences still running are a
 prefix of that order, so step t is one contiguous slice of n_t rows and a step of the recursion
 is one `[n_t, V] @ [V, V]` product with no padding and no masks. Messages are renormalised at
-every step (CRFsuite's scaled formulation, as `gpseq.structured.scaled_chain`): exact up to float
-rounding while no step's mass underflows (a gap of ≳ 700 nats in float64).
+every step (CRFsuite's scaled formulation): exact up to float rounding. A step's mass z_t is at
+least min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it
+cannot underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64).
 
 Shapes: unary `[N, V]` in time-major token order (`layout.order` maps it from corpus order),
 pairwise `[V, V]`, log Z `[B]` in the layout's sentence order.

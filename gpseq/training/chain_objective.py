@@ -7,14 +7,11 @@ in training, CRFsuite's feature set), pairwise P `[V, V]`;
 ∂/∂W = Xᵀ (p − y) on the support, ∂/∂b = Σ_t (p_t − y_t), ∂/∂P = Σ_t ξ_t − transition counts;
 Fisher diagonal F[f, v] = Σ_t x_tf² p_t(v) (1 − p_t(v)), F_b = Σ_t p_t (1 − p_t), F_P ≈ Σ_t ξ_t.
 
-Two implementations of one interface (`value_and_grad`, `fisher`, `support`, `num_features`,
-`num_labels`), equal to float rounding and tested against autodiff of the log-space chain:
-- `NumpyChainObjective`: SciPy sparse products and the time-major NumPy chain. No TensorFlow:
-  on a small corpus the whole default training takes seconds instead of TensorFlow's import and
-  tracing time.
-- `gpseq.training.chain_objective_tf.TensorFlowChainObjective`: the same in compiled TensorFlow
-  (multi-threaded sparse products), faster per evaluation on large corpora.
-`make_objective` picks by corpus size (`NUMPY_MAX_CELLS` token × label cells).
+`NumpyChainObjective` runs on SciPy sparse products and the time-major NumPy chain, without
+TensorFlow: a small corpus trains in seconds instead of TensorFlow's import and tracing time, and
+on CoNLL-2000 an evaluation took 0.51 s against 0.61 s for the same objective compiled in
+TensorFlow (chunking; POS tagging, 44 labels: 1.5 s against 3.4 s; same process, alternating,
+on this 2-core machine), which was removed.
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ import numpy as np
 
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import SequenceData
-
-NUMPY_MAX_CELLS = 2_000_000  # tokens × labels up to which the NumPy objective is used
-
 
 def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
     """Flat indices f · V + v `[P]` (sorted) of the (feature, label) pairs that occur in the
@@ -82,17 +76,3 @@ class NumpyChainObjective:
         curvature = marg * (1.0 - marg)
         f_w = (self.rows_squared_t @ curvature).ravel()[self.support]
         return curvature.sum(0, dtype=np.float64), f_w.astype(np.float64), pair_sum.astype(np.float64)
-
-
-def make_objective(data: SequenceData, num_labels: int, *, backend: str = "auto", dtype="float32"):
-    """The corpus objective of `data`: NumPy up to `NUMPY_MAX_CELLS` token × label cells (or
-    `backend="numpy"`), TensorFlow above (or `backend="tensorflow"`)."""
-    cells = int(data.rows.shape[0]) * int(num_labels)
-    if backend == "numpy" or (backend == "auto" and cells <= NUMPY_MAX_CELLS):
-        return NumpyChainObjective(data, num_labels, dtype=dtype)
-    from gpseq import _tensorflow
-
-    _tensorflow.load()
-    from gpseq.training.chain_objective_tf import TensorFlowChainObjective
-
-    return TensorFlowChainObjective(data, num_labels, dtype=dtype)

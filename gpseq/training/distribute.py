@@ -32,10 +32,10 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError
+from gpseq.training.config import STRATEGIES
 from gpseq.gp.natgrad import NaturalGradient, natural_variables
 from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
 
-STRATEGIES = ("default", "mirrored", "multiworker")
 
 
 # ---- strategies ---------------------------------------------------------------------------------

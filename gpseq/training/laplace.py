@@ -5,7 +5,7 @@ The tagger's unaries f_j(x) = b_j + w_jᵀx are the GP with the linear kernel in
 (DESIGN "The expressiveness trap"), prior w ~ N(0, σ²_g I) for the weights of feature-template
 group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I). `fit_laplace`:
 
-1. **MAP** of (b, W, P) by L-BFGS on the full-corpus exact chain log-likelihood plus the Gaussian
+1. **MAP** of (b, W, P) by L-BFGS (`gpseq.training.lbfgs`) on the full-corpus exact chain log-likelihood plus the Gaussian
    log prior (CRFsuite's objective with an L2 per group), over the (feature, label) pairs seen
    in training (CRFsuite's feature set; the other weights are structural zeros); one sparse
    product X·W and one scaled forward–backward per evaluation;
@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import tensorflow as tf
 
 from gpseq.errors import NumericalError
-from gpseq.structured.scaled_chain import forward_backward
-from gpseq.training.batching import SequenceData, token_batches
+from gpseq.training.batching import SequenceData
+from gpseq.training.calibration import calibrated_potentials, fit_calibration
+from gpseq.training.chain_objective import NumpyChainObjective, observed_pairs  # noqa: F401  (observed_pairs: API)
+from gpseq.training.lbfgs import minimize_lbfgs
+
 
 @dataclass
 class LaplaceReport:
@@ -49,123 +51,38 @@ class LaplaceReport:
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
 
 
-class _ChainObjective:
-    """Negative log-likelihood of a corpus under point potentials (b, W, P), its gradient and the
-    Fisher diagonal: unaries by one sparse product X W over all tokens, the chain by scaled
-    forward–backward over length-sorted padded batches, ∂/∂W = Xᵀ (p − y) by one more product."""
+@dataclass
+class LaplaceFit:
+    """q(b, W, P) of a fit: means and diagonal variances; W on the `support` only (flat f·V + v)."""
 
-    def __init__(self, model, data: SequenceData, max_tokens: int):
-        self.model = model
-        dtype = model.dtype
-        rows = data.rows.tocoo()
-        n_tokens = rows.shape[0]
-        order = np.lexsort((rows.col, rows.row))
-        indices = np.stack([rows.row[order], rows.col[order]], 1).astype(np.int64)
-        self.features = tf.sparse.SparseTensor(indices, tf.constant(rows.data[order], dtype), rows.shape)
-        self.features_squared = tf.sparse.map_values(tf.square, self.features)
-        self.n_tokens = n_tokens
-        self.batches = []
-        for ids in token_batches(data.lengths, max_tokens):
-            lengths = data.lengths[ids].astype(np.int32)
-            T = int(lengths.max())
-            position = np.full((len(ids), T), n_tokens, dtype=np.int32)  # n_tokens = a zero row
-            steps = np.arange(T)[None, :]
-            valid = steps < lengths[:, None]
-            position[valid] = (data.offsets[ids][:, None] + steps)[valid]
-            labels = np.zeros((len(ids), T), dtype=np.int32)
-            labels[valid] = data.label_ids[position[valid]]
-            self.batches.append(tuple(tf.constant(a) for a in (position, labels, lengths)))
-        self.support = tf.constant(observed_pairs(data, model.num_labels))  # [P] flat ids into [D, V]
+    num_features: int
+    bias: np.ndarray  # [V]
+    support: np.ndarray  # [P]
+    weights: np.ndarray  # [P]
+    weight_variance: np.ndarray  # [P]
+    pairwise: np.ndarray  # [V, V]
+    pairwise_variance: np.ndarray  # [V, V]
+    report: LaplaceReport
 
-        def value_and_grad_support(b, w_support, p):
-            nll, g_b, g_w, g_p = self._corpus_value_and_grad(b, self._dense(w_support), p)
-            return nll, g_b, self._on_support(g_w), g_p
+    @property
+    def num_labels(self) -> int:
+        return len(self.bias)
 
-        def fisher_support(b, w_support, p):
-            f_b, f_w, f_p = self._corpus_fisher(b, self._dense(w_support), p)
-            return f_b, self._on_support(f_w), f_p
+    def dense(self, values: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        """`values` on the support as a `[D, V]` array (`fill` elsewhere)."""
+        out = np.full(self.num_features * self.num_labels, fill, dtype=np.float64)
+        out[self.support] = values
+        return out.reshape(self.num_features, self.num_labels)
 
-        self._value_and_grad_support = tf.function(value_and_grad_support)
-        self._fisher_support = tf.function(fisher_support)
-
-    def _per_batch(self, bias, weights, pairwise):
-        """Yields (position [B, T], labels, lengths, marginals [B, T, V], Σξ [V, V], log Z [B], unary)."""
-        V = self.model.num_labels
-        unary_flat = tf.sparse.sparse_dense_matmul(self.features, weights) + bias  # [N, V]
-        unary_flat = tf.concat([unary_flat, tf.zeros([1, V], unary_flat.dtype)], 0)
-        for position, labels, lengths in self.batches:
-            unary = tf.gather(unary_flat, position)  # [B, T, V]
-            marg, pair_sum, log_z = forward_backward(unary, pairwise, lengths)
-            yield position, labels, lengths, marg, pair_sum, log_z, unary
-
-    def _corpus_value_and_grad(self, bias, weights, pairwise):
-        V = self.model.num_labels
-        nll = tf.zeros([], tf.float64)
-        g_pair = tf.zeros_like(pairwise)
-        resid_parts, position_parts = [], []
-        for position, labels, lengths, marg, pair_sum, log_z, unary in self._per_batch(bias, weights, pairwise):
-            mask = tf.cast(tf.sequence_mask(lengths, tf.shape(labels)[1]), weights.dtype)
-            onehot = tf.one_hot(labels, V, dtype=weights.dtype) * mask[..., None]
-            transitions = tf.einsum("bti,btj->ij", onehot[:, :-1], onehot[:, 1:])
-            score = tf.reduce_sum(unary * onehot) + tf.reduce_sum(transitions * pairwise)
-            nll += tf.reduce_sum(tf.cast(log_z, tf.float64)) - tf.cast(score, tf.float64)
-            g_pair += pair_sum - transitions
-            resid_parts.append(tf.reshape(marg - onehot, [-1, V]))
-            position_parts.append(tf.reshape(position, [-1]))
-        resid = tf.math.unsorted_segment_sum(tf.concat(resid_parts, 0), tf.concat(position_parts, 0),
-                                             self.n_tokens + 1)[:-1]  # [N, V]
-        g_w = tf.sparse.sparse_dense_matmul(self.features, resid, adjoint_a=True)  # [D, V]
-        return nll, tf.reduce_sum(resid, 0), g_w, g_pair
-
-    def _corpus_fisher(self, bias, weights, pairwise):
-        V = self.model.num_labels
-        f_pair = tf.zeros_like(pairwise)
-        parts, position_parts = [], []
-        for position, labels, lengths, marg, pair_sum, log_z, unary in self._per_batch(bias, weights, pairwise):
-            parts.append(tf.reshape(marg * (1.0 - marg), [-1, V]))
-            position_parts.append(tf.reshape(position, [-1]))
-            f_pair += pair_sum  # Σ_t ξ_t ≥ Σ_t ξ_t (1 − ξ_t): transitions are seen thousands of times
-        curvature = tf.math.unsorted_segment_sum(tf.concat(parts, 0), tf.concat(position_parts, 0),
-                                                 self.n_tokens + 1)[:-1]
-        f_w = tf.sparse.sparse_dense_matmul(self.features_squared, curvature, adjoint_a=True)
-        return tf.reduce_sum(curvature, 0), f_w, f_pair
-
-    def _dense(self, w_support):
-        """The weights `[D, V]` from their values on the support (0 elsewhere), in the graph."""
-        D, V = self.model.num_features, self.model.num_labels
-        return tf.reshape(tf.scatter_nd(self.support[:, None], w_support, [D * V]), [D, V])
-
-    def _on_support(self, matrix):
-        return tf.gather(tf.reshape(matrix, [-1]), self.support)
-
-    def _arguments(self, b, w_support, p):
-        dtype = self.model.dtype.as_numpy_dtype
-        return tuple(tf.constant(np.asarray(a, dtype)) for a in (b, w_support, p))
-
-    def value_and_grad(self, b, w_support, p):
-        """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]) at the given potentials."""
-        nll, g_b, g_w, g_p = self._value_and_grad_support(*self._arguments(b, w_support, p))
-        return float(nll), *(t.numpy().astype(np.float64) for t in (g_b, g_w, g_p))
-
-    def fisher(self, b, w_support, p):
-        """Fisher diagonals of (b [V], w on the support [P], P [V, V]) at the given potentials."""
-        return tuple(t.numpy().astype(np.float64) for t in self._fisher_support(*self._arguments(b, w_support, p)))
-
-
-def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
-    """Flat indices f · V + v `[P]` (sorted) of the (feature, label) pairs that occur in the
-    labelled `data`: the weights the MAP fit estimates (CRFsuite's feature set); every other
-    weight is structurally 0. Column 0 (padding) never occurs."""
-    known = data.label_ids >= 0
-    token_of = np.repeat(np.arange(data.rows.shape[0]), np.diff(data.rows.indptr))
-    keep = known[token_of]
-    flat = data.rows.indices[keep].astype(np.int64) * num_labels + data.label_ids[token_of[keep]]
-    return np.unique(flat)
+    def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each."""
+        rows = rows.astype(np.float64)
+        mean = rows @ self.dense(self.weights) + self.bias
+        return mean, rows.multiply(rows) @ self.dense(self.weight_variance)
 
 
 def fit_laplace(
-    model,
-    data: SequenceData,
+    objective,
     groups: np.ndarray,
     group_names: list[str],
     *,
@@ -176,50 +93,39 @@ def fit_laplace(
     max_iterations: int = 100,
     refit_iterations: int = 40,
     tolerance: float = 1e-7,
-    max_tokens: int = 16384,
+    start: "LaplaceFit | None" = None,
     callback: Callable[[int, int, float], None] | None = None,
-    objective: "_ChainObjective | None" = None,
-) -> LaplaceReport:
-    """Fit `model` (a StructuredGP with the weight-space linear part and no inducing points) by
-    MAP + diagonal Laplace (+ `evidence_rounds` evidence updates of the per-group prior
-    variances), in place. Only the (feature, label) pairs seen in `data` are free weights.
+) -> LaplaceFit:
+    """MAP + diagonal Laplace (+ `evidence_rounds` evidence updates of the per-group prior
+    variances) of the weight-space linear chain on the corpus of `objective`
+    (`gpseq.training.chain_objective`), warm-started from `start` (a fit on the same support, or
+    on a support it contains: a refit on more data). Only the support's (feature, label) pairs are
+    free weights.
 
     `groups [D]` gives each feature column's template group (index into `group_names`); the
     label biases and the pairwise potentials are groups of their own. `callback(round, iteration,
     log_posterior_per_token)` after every L-BFGS iteration.
     """
-    from scipy.optimize import minimize
-
-    if model.unaries.linear is None or model.unaries.sparse is not None or model.unaries.deep is not None:
-        raise NumericalError("the Laplace fit needs the weight-space linear model (kernel 'linear')")
-    objective = objective or _ChainObjective(model, data, max_tokens)  # reusable across fits of `data`
-    D, V = model.num_features, model.num_labels
-    support = objective.support.numpy()  # [P] flat indices into [D, V]
+    D, V = objective.num_features, objective.num_labels
+    support = objective.support  # [P] flat indices into [D, V]
     pair_group = np.asarray(groups, dtype=np.int64)[support // V]  # [P]
     n_groups = len(group_names)
-    tokens = max(1, int(data.lengths.sum()))
+    tokens = max(1, int(objective.n_tokens))
     sizes = (V, len(support), V * V)
     group_var = np.full(n_groups, float(prior_variance))
     pair_var, bias_var = float(pairwise_prior_variance), float(bias_prior_variance)
     counts = np.bincount(pair_group, minlength=n_groups)
     report = LaplaceReport()
-    np_dtype = model.dtype.as_numpy_dtype
-    dense = np.zeros(D * V, dtype=np_dtype)
 
     def unpack(theta):
-        b = theta[: sizes[0]]
-        w = theta[sizes[0] : sizes[0] + sizes[1]]
-        p = theta[sizes[0] + sizes[1] :].reshape(V, V)
-        return b, w, p
+        return theta[: sizes[0]], theta[sizes[0] : sizes[0] + sizes[1]], theta[sizes[0] + sizes[1] :].reshape(V, V)
 
-    def dense_weights(w):
-        dense[support] = w
-        return dense.reshape(D, V)
-
-    theta = np.concatenate([
-        model.unaries.label_bias.numpy().ravel(), model.unaries.linear.q_mu.numpy().ravel()[support],
-        model.pairwise.mean.numpy().ravel(),
-    ]).astype(np.float64)
+    if start is None:
+        theta = np.zeros(sum(sizes))
+    else:
+        weights = start.dense(start.weights).ravel()[support] if len(start.support) != len(support) \
+            or np.any(start.support != support) else start.weights
+        theta = np.concatenate([start.bias, weights, start.pairwise.ravel()]).astype(np.float64)
 
     for round_ in range(evidence_rounds + 1):
         precision_w = (1.0 / group_var)[pair_group]  # [P]
@@ -228,8 +134,7 @@ def fit_laplace(
             b, w, p = unpack(theta)
             nll, g_b, g_w, g_p = objective.value_and_grad(b, w, p)
             prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
-            grad = np.concatenate([g_b + b / bias_var, g_w + precision_w * w,
-                                   (g_p + p / pair_var).ravel()])
+            grad = np.concatenate([g_b + b / bias_var, g_w + precision_w * w, (g_p + p / pair_var).ravel()])
             report.evaluations += 1
             last[0] = (nll + prior) / tokens
             return nll + prior, grad
@@ -242,8 +147,8 @@ def fit_laplace(
                 callback(round_, iteration[0], -last[0])
 
         budget = max_iterations if round_ == 0 else refit_iterations
-        result = minimize(fun, theta, jac=True, method="L-BFGS-B", callback=step_done,
-                          options={"maxiter": budget, "ftol": tolerance, "gtol": 1e-6, "maxcor": 6})
+        result = minimize_lbfgs(fun, theta, max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6,
+                                callback=step_done)
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
         theta = result.x
@@ -263,18 +168,11 @@ def fit_laplace(
         group_var = np.clip(np.where(valid, squares / np.maximum(gamma, 1e-8), group_var), 1e-4, 1e4)
         pair_var = float(np.clip(np.sum(p**2) / max(np.sum(1.0 - s_p / pair_var), 1e-8), 1e-4, 1e4))
         bias_var = float(np.clip(np.sum(b**2) / max(np.sum(1.0 - s_b / bias_var), 1e-8), 1e-2, 1e4))
-    model.unaries.label_bias.assign(b.astype(np_dtype))
-    model.unaries.linear.q_mu.assign(dense_weights(w))
-    model.pairwise.mean.assign(p.astype(np_dtype))
-    variance = np.full(D * V, STRUCTURAL_ZERO_VARIANCE, dtype=np_dtype)
-    variance[support] = s_w
-    model.unaries.linear.q_variance.assign(variance.reshape(D, V))
-    model.pairwise.variance.assign(s_p.astype(np_dtype))
     report.prior_variances = {name: float(v) for name, v, c in zip(group_names, group_var, counts) if c > 0}
     report.prior_variances["<pairwise>"] = pair_var
     report.prior_variances["<bias>"] = bias_var
     report.free_weights = int(len(support))
-    return report
+    return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report)
 
 
 def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
@@ -286,19 +184,70 @@ def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
                         np.concatenate([first.label_ids, second.label_ids]))
 
 
-def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None, dtype,
+def calibrate(fit: LaplaceFit, dev: SequenceData, start=(1e-5, 1.0)) -> dict[str, float]:
+    """`fit_calibration` of the fit's predictive on the labelled `dev` split."""
+    mean, variance = fit.unary_moments(dev.rows)
+    return fit_calibration(mean, variance, fit.pairwise, fit.pairwise_variance, dev.label_ids, dev.offsets,
+                           start=start)
+
+
+def dev_token_nll(fit: LaplaceFit, dev: SequenceData, alpha: float, temperature: float) -> float:
+    """Token NLL of `dev` under the fit's calibrated predictive (labels unknown to the model skipped)."""
+    from gpseq.structured.numpy_chain import TimeMajor
+
+    layout = TimeMajor(dev.offsets)
+    mean, variance = fit.unary_moments(dev.rows[layout.order])
+    unary, pairwise = calibrated_potentials(mean, variance, fit.pairwise, fit.pairwise_variance, alpha, temperature)
+    marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
+    labels = dev.label_ids[layout.order]
+    known = np.flatnonzero(labels >= 0)
+    return float(-np.log(np.maximum(marg[known, labels[known]], 1e-12)).mean())
+
+
+def _softplus_inverse(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x + np.log(-np.expm1(-x))
+
+
+def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, temperature: float,
+                dtype: str = "float32") -> dict[str, np.ndarray]:
+    """The arrays of the weight-space `StructuredGP` holding q = `fit` and its calibration, as
+    `StructuredGP.get_state` names them (Softplus-constrained variables by their pre-transformed
+    values): what `Tagger.save` writes and `StructuredGP.set_state` reads, without TensorFlow."""
+    cast = np.dtype(dtype).type
+    variance = fit.dense(fit.weight_variance, fill=STRUCTURAL_ZERO_VARIANCE)
+    arrays = {
+        "var:label_bias": fit.bias,
+        "var:pairwise_mean": fit.pairwise,
+        "var:temperature": np.asarray(temperature),
+        "var:variance_scale": np.asarray(alpha),
+        "var:linear/q_mu": fit.dense(fit.weights),
+        "var:linear/prior_variance/_pretransformed_input": _softplus_inverse(prior_variance),
+        "var:linear/q_variance/_pretransformed_input": _softplus_inverse(variance),
+        "var:pairwise_variance/_pretransformed_input": _softplus_inverse(fit.pairwise_variance),
+    }
+    return {name: np.asarray(value, dtype=cast) for name, value in arrays.items()}
+
+
+def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
                   callbacks=None):
-    """The default training of a `TaggerConfig`: build the weight-space model; for each prior
-    variance of `training.prior_variance_grid` (warm-started, ascending) fit it by `fit_laplace`
-    and calibrate its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit
-    it on train + dev. Returns (model, scores)."""
-    from gpseq.structured.model import build_structured_gp
-    from gpseq.training.calibration import fit_calibration
-    from gpseq.training.trainer import Progress
+    """The default training of a `TaggerConfig`: for each prior variance of
+    `training.prior_variance_grid` (warm-started, ascending) fit q by `fit_laplace` and calibrate
+    its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit it on
+    train + dev. Returns (the model's arrays as `model_state` names them, scores).
+
+    BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
+    OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks)
+
+
+def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks):
+    from gpseq.training.config import Progress
 
     tcfg, mcfg = config.training, config.model
-    tf.random.set_seed(tcfg.seed)
-    model = build_structured_gp(mcfg, featurizer.n_features, num_labels, None, dtype)
     groups, names = featurizer.column_groups()
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
@@ -314,23 +263,26 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         for callback in callbacks or []:
             callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
 
-    def fit(corpus, prior_variance, iterations, objective=None, evidence_rounds=0):
-        return fit_laplace(model, corpus, groups, names, prior_variance=prior_variance,
+    def fit(objective, prior_variance, iterations, warm, evidence_rounds=0):
+        return fit_laplace(objective, groups, names, prior_variance=prior_variance,
                            pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
-                           max_iterations=iterations, refit_iterations=refit, callback=progress, objective=objective)
+                           max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
 
-    objective = _ChainObjective(model, data, 16384)
-    iterations, candidates, best = [], {}, None
+    objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
+    iterations, candidates, best, current = [], {}, None, None
+    calibration_start = (1e-5, 1.0)
     for number, prior_variance in enumerate(grid):
-        report = fit(data, prior_variance, budget if number == 0 else refit, objective, tcfg.evidence_rounds)
-        iterations += report.iterations
-        calibration = fit_calibration(model, dev_data) if has_dev and tcfg.calibrate else None
+        current = fit(objective, prior_variance, budget if number == 0 else refit, current, tcfg.evidence_rounds)
+        iterations += current.report.iterations
+        calibration = calibrate(current, dev_data, calibration_start) if has_dev and tcfg.calibrate else None
         dev_nll = calibration["dev_token_nll"] if calibration else None
+        if calibration:
+            calibration_start = (calibration["variance_scale"], calibration["temperature"])
         candidates[str(prior_variance)] = dev_nll
         if best is None or (dev_nll is not None and dev_nll < best[0]):
-            best = (dev_nll, prior_variance, model.get_state(), calibration, report)
-    dev_nll, prior_variance, state, calibration, report = best
-    model.set_state(state)
+            best = (dev_nll, prior_variance, current, calibration)
+    dev_nll, prior_variance, chosen, calibration = best
+    report = chosen.report
     scores = {"method": "laplace", "prior_variance": prior_variance, "prior_variances": report.prior_variances,
               "objective_per_token": report.objective_per_token}
     if len(grid) > 1:
@@ -342,10 +294,15 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         clean = np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0
         combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
         total += refit
-        iterations += fit(combined, prior_variance, refit).iterations
+        del objective
+        chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior_variance, refit, chosen)
+        iterations += chosen.report.iterations
         scores["refit_sentences"] = len(combined)
     scores.update(steps=done[0], lbfgs_iterations=iterations)
     for callback in callbacks or []:
         callback(Progress(done[0], total, len(grid), -report.objective_per_token[-1], event="done",
                           dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
-    return model, scores
+    alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
+    state = model_state(chosen, prior_variance=prior_variance, alpha=alpha, temperature=temperature,
+                        dtype=config.dtype)
+    return state, scores

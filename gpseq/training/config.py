@@ -1,0 +1,89 @@
+"""The training settings (saved with a model) and what progress callbacks see. No TensorFlow:
+the default training (`gpseq.training.laplace`) runs without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpseq.errors import ConfigError
+
+STRATEGIES = ("default", "mirrored", "multiworker")  # tf.distribute strategies (`gpseq.training.distribute`)
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation settings (saved with the model)."""
+
+    method: str = "auto"  # "laplace" (MAP by L-BFGS + diagonal Laplace + evidence-fitted prior
+    # variances, for the weight-space linear model) | "svi" (the ELBO by Adam) | "auto" (laplace
+    # where the model allows it)
+    max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
+    prior_variance_grid: list = field(default_factory=lambda: [1.0, 4.0, 16.0])  # laplace: σ² of the
+    # weights chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
+    evidence_rounds: int = 0  # prior-variance updates, each followed by a warm-started refit (laplace)
+    calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
+    refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)
+    batch_size: int = 32
+    epochs: int = 10
+    max_steps: int | None = None
+    learning_rate: float = 0.02
+    num_samples: int = 1  # Monte Carlo samples of f per sequence in the ELBO
+    seed: int = 0
+    dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
+    early_stopping: str = "nll"  # "f1" | "nll" | "none"
+    patience: int = 3  # evaluations without improvement before stopping
+    eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
+    checkpoint_every: int = 200
+    max_bad_steps: int = 20  # consecutive non-finite steps before giving up
+    jit_compile: bool = False
+    strategy: str = "default"  # "default" (one device; the GPU if any) | "mirrored" | "multiworker"
+    devices: int | None = None  # replicas on this host (mirrored: default all GPUs; CPU: logical devices)
+    natgrad_gamma: float | None = None  # natural-gradient step size on q(u), taken with each Adam step on the
+    # rest (≈0.01; with Monte Carlo chain gradients 0.1 overshoots: such steps would make q(u) invalid and are skipped)
+
+    def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        if self.devices is not None and self.devices < 1:
+            raise ConfigError(f"devices must be >= 1, got {self.devices}")
+        if self.natgrad_gamma is not None and not 0.0 < self.natgrad_gamma <= 1.0:
+            raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.method not in ("auto", "laplace", "svi"):
+            raise ConfigError(f"method must be auto, laplace or svi, got {self.method!r}")
+        if self.max_iterations < 1 or self.evidence_rounds < 0:
+            raise ConfigError("max_iterations must be >= 1 and evidence_rounds >= 0")
+        if self.early_stopping not in ("f1", "nll", "none"):
+            raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            raise ConfigError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
+
+
+@dataclass
+class Progress:
+    """What a callback sees after each step (and after each dev evaluation)."""
+
+    step: int
+    total_steps: int
+    epoch: int
+    elbo_per_token: float
+    dev_score: float | None = None
+    dev_metric: str | None = None
+    skipped_steps: int = 0
+    elapsed_s: float = 0.0
+    event: str = "step"  # "step" | "eval" | "checkpoint" | "done"
+    loss: float = float("nan")  # the step's global-batch loss (elbo_per_token = −loss / training tokens)
+
+
+@dataclass
+class TrainState:
+    """Bookkeeping saved next to each checkpoint (JSON)."""
+
+    step: int = 0
+    best_score: float | None = None
+    best_step: int | None = None
+    evals_without_improvement: int = 0
+    skipped_steps: int = 0
+    history: list = field(default_factory=list)
+    stopped_early: bool = False
