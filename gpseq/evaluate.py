@@ -26,7 +26,7 @@ import numpy as np
 
 from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme, spans
-from gpseq.errors import ConfigError, NumericalError
+from gpseq.errors import ConfigError, GpseqError, NumericalError
 
 DEFAULT_EPS = 1e-12
 
@@ -296,6 +296,22 @@ class EvaluationReport:
             out[f"n_predicted_chunks[{kind}]"] = score.n_predicted
             out[f"n_correct_chunks[{kind}]"] = score.n_correct
         return out
+
+    def reliability_diagram(self, path: str | os.PathLike, n_bins: int = 15) -> Path:
+        """`reliability_diagram` from the report's per-bin counts (no per-token arrays are kept).
+
+        Bin b's n_b tokens are given its mean confidence and round(n_b · accuracy_b) of them are
+        marked correct: the same bins, bars, token counts and ECE as the per-token arrays give."""
+        if not self.calibration:
+            raise GpseqError("no calibration bins in the evaluation report: nothing to plot")
+        confidence, correct = [], []
+        for count, mean_confidence, accuracy in zip(self.calibration["counts"], self.calibration["confidence"],
+                                                    self.calibration["accuracy"]):
+            if not count:
+                continue
+            confidence.append(np.full(count, mean_confidence))
+            correct.append(np.arange(count) < int(round(count * accuracy)))
+        return reliability_diagram(np.concatenate(confidence), np.concatenate(correct), path, n_bins=n_bins)
 
     def per_type_table(self) -> str:
         """A plain-text table of per-type chunk scores (conlleval's layout, percentages)."""

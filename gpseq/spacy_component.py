@@ -43,6 +43,8 @@ from spacy.tokens import Doc, Span, Token
 from spacy.util import minibatch
 
 from gpseq.errors import ConfigError, ModelFormatError
+from gpseq.model_meta import read_model_meta
+from gpseq.writers import doc_spans, set_tags, span_records
 
 TASKS = ("auto", "tag", "spans", "ents")
 _DATA_KEY = "gpseq"  # doc.user_data[("gpseq", extension)] = {"labels": [V], "probs": [N_doc, V]}
@@ -194,11 +196,8 @@ class GpseqComponent:
         asks for them before `from_disk`), empty when there is no readable model there."""
         if self._tagger is not None:
             return tuple(self._tagger.labels)
-        import json
-
         try:
-            meta_path = Path(_check_model_dir(self.model_path, self.name)) / "tagger.json"
-            return tuple(json.loads(meta_path.read_text(encoding="utf-8"))["labels"])
+            return tuple(read_model_meta(_check_model_dir(self.model_path, self.name))["labels"])
         except (ConfigError, ModelFormatError, KeyError, TypeError):
             return ()
 
@@ -282,17 +281,12 @@ class GpseqComponent:
         """Labels of one sequence into the Doc: tags, or spans (collected) with their probabilities."""
         labels = [self._tagger.labels[i] for i in best]
         if self.task == "tag":
-            for token, label in zip(tokens, labels):
-                token.tag_ = label
-                if self._upos is not None:
-                    token.pos_ = self._upos[label]
+            set_tags(tokens, labels, self._upos)
             return
-        from gpseq.corpora import spans as chunk_spans
-
-        confidence = p[np.arange(len(tokens)), best]  # [T] p(y_t = predicted label_t)
-        for type_, start, end in chunk_spans(labels, self._tagger.config.tag_scheme):
-            spans.append(Span(doc, tokens[start].i, tokens[end - 1].i + 1, label=type_ or "CHUNK"))
-            scores.append(float(np.prod(confidence[start:end])))
+        confidence = p[np.arange(len(tokens)), best].tolist()  # [T] p(y_t = predicted label_t)
+        records = span_records(labels, confidence, self._tagger.config.tag_scheme)
+        spans.extend(doc_spans(doc, records, [token.i for token in tokens]))
+        scores.extend(float(probability) for *_, probability in records)
 
     # ---- serialisation --------------------------------------------------------------------------
     def to_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> None:
@@ -362,19 +356,9 @@ class GpseqComponent:
 
 def _check_model_dir(model_path: str | None, name: str) -> Path:
     """The model directory, after a cheap check of its `tagger.json` (no TensorFlow)."""
-    import json
-
     if model_path is None:
         raise ConfigError(f"gpseq component {name!r}: no model (set config model = \"<model dir>\")")
-    meta_path = Path(model_path) / "tagger.json"
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelFormatError(f"{model_path}: not a gpseq model directory (no tagger.json)") from None
-    except (OSError, ValueError) as error:
-        raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
-    if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
-        raise ModelFormatError(f"{meta_path}: not a gpseq tagger model")
+    read_model_meta(model_path)
     return Path(model_path)
 
 

@@ -34,14 +34,14 @@ import scipy.sparse as sp
 
 from gpseq import __version__
 from gpseq.corpora.types import Sentence
-from gpseq.corpora._atomic import apply_umask, stale_temp_siblings
+from gpseq.corpora._atomic import apply_umask, stale_temp_siblings, writable_dir
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError, OutputError
 from gpseq.features import FeatureConfig, Featurizer, get_preset
+from gpseq.model_meta import FORMAT, FORMAT_VERSION, META_FILE, json_default, read_model_meta
 from gpseq.structured.config import ModelConfig
 from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
 from gpseq.training.config import Progress, TrainingConfig
 
-FORMAT_VERSION = 1
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
 log = logging.getLogger("gpseq")
 
@@ -518,7 +518,7 @@ class Tagger:
             arrays = self._state if self._state is not None else self.model.get_state()
             np.savez_compressed(tmp / "arrays.npz", **arrays)
             meta = {
-                "format": "gpseq-tagger",
+                "format": FORMAT,
                 "format_version": FORMAT_VERSION,
                 "gpseq_version": __version__,
                 "labels": self.labels,
@@ -529,7 +529,7 @@ class Tagger:
                 "files": _file_manifest(tmp),
             }
             with open(tmp / "tagger.json", "w", encoding="utf-8") as handle:
-                json.dump(meta, handle, indent=2, default=_json_default)
+                json.dump(meta, handle, indent=2, default=json_default)
             apply_umask(tmp)
             replace_model_dir(tmp, directory)
         finally:
@@ -545,25 +545,8 @@ class Tagger:
         or non-npz arrays.npz), and the metadata against the arrays and the featurizer (label
         count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
         directory = Path(directory)
-        meta_path = directory / "tagger.json"
-        if not meta_path.is_file():
-            raise ModelFormatError(f"{directory}: not a gpseq model directory (no tagger.json)")
-        try:
-            with open(meta_path, "rb") as handle:
-                raw = handle.read()
-            if not raw.strip():
-                raise ModelFormatError(f"{meta_path}: empty file ({len(raw)} bytes); the model directory is damaged")
-            meta = json.loads(raw.decode("utf-8"))
-        except (OSError, ValueError) as error:  # ValueError: JSON and UTF-8 decoding
-            raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
-        if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
-            raise ModelFormatError(f"{meta_path}: not a gpseq tagger model")
-        version = meta.get("format_version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ModelFormatError(
-                f"{meta_path}: model format version {version} is newer than this gpseq "
-                f"({__version__}) reads (<= {FORMAT_VERSION}); upgrade gpseq"
-            )
+        meta_path = directory / META_FILE
+        meta = read_model_meta(directory)
         if "files" in meta:
             _verify_manifest(directory, meta_path, meta["files"])
         try:
@@ -658,7 +641,7 @@ def _foreign_content(directory: Path) -> str | None:
         meta = json.loads(meta_path.read_bytes().decode("utf-8"))
     except (OSError, ValueError):
         return "is not a gpseq model directory (its tagger.json is not gpseq's)"
-    if not isinstance(meta, dict) or meta.get("format") != "gpseq-tagger":
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return "is not a gpseq model directory (its tagger.json has no gpseq-tagger format marker)"
     manifest = meta.get("files")
     if manifest is None:  # written before the manifest: only the files gpseq writes
@@ -688,17 +671,6 @@ def _foreign_content(directory: Path) -> str | None:
     return None
 
 
-def _writable_parent(path: Path) -> None:
-    """OutputError unless `path` can be created: its nearest existing ancestor is a writable directory."""
-    ancestor = path.absolute().parent
-    while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise OutputError(path, f"cannot be created: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise OutputError(path, f"cannot be written: directory {ancestor} is not writable (permission denied)")
-
-
 def _check_save_target(directory: str | os.PathLike) -> None:
     """OutputError unless `Tagger.save(directory)` may write there: the parent can be written, and
     `directory` is absent, empty, or a gpseq model directory holding only the files gpseq wrote."""
@@ -711,7 +683,7 @@ def _check_save_target(directory: str | os.PathLike) -> None:
         problem = _foreign_content(directory)
         if problem is not None:
             raise OutputError(directory, f"{problem}; refusing to replace it")
-    _writable_parent(directory)
+    writable_dir(directory.absolute().parent, directory)
 
 
 def model_dir_temp(directory: str | os.PathLike) -> Path:
@@ -729,12 +701,9 @@ def copy_model_files(source: Path, destination: Path) -> None:
     """Copy what gpseq wrote in the model directory `source` (tagger.json and the files of its
     manifest, checked against it; for a model without a manifest, the files `save` writes) into
     the existing directory `destination`; anything else in `source` is left behind."""
-    meta_path = source / "tagger.json"
-    try:
-        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as error:
-        raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
-    manifest = meta.get("files") if isinstance(meta, dict) else None
+    meta_path = source / META_FILE
+    meta = read_model_meta(source)
+    manifest = meta.get("files")
     if manifest is not None:
         _verify_manifest(source, meta_path, manifest)
         names = sorted(manifest)
@@ -902,13 +871,3 @@ def _check_arrays(meta_path: Path, npz_path: Path, meta: dict, arrays: dict, fea
         if shape.dtype.kind not in "iu" or [int(d) for d in shape] != [M, featurizer.n_features]:
             raise ModelFormatError(f"{npz_path}: inducing inputs of shape {shape.tolist()}, expected "
                                    f"[{M}, {featurizer.n_features}] (inducing points × features)")
-
-
-def _json_default(value):
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -412,3 +412,52 @@ def test_fetch_conll2000_from_the_shared_mirror(corpora_dir, tmp_path):
     folder = fetch_corpus("conll2000", tmp_path, mirror=corpora_dir)
     assert (folder / "test.txt").read_bytes() == (corpora_dir / "conll2000" / "test.txt").read_bytes()
     assert len(load_corpus("conll2000", "test", root=tmp_path)) == 2012
+
+
+# ---- read_corpus: every format behind one registry -------------------------------------------
+
+
+def test_read_corpus_formats_agree_with_their_readers(tmp_path):
+    """auto goes by the suffix (.conllu → CoNLL-U, else CoNLL columns for a labelled corpus, raw
+    text for unlabelled input); crfpp keeps a -DOCSTART- token that conll treats as a separator;
+    raw text has no labels; an unknown format is a ConfigError naming the known ones."""
+    from gpseq.corpora import detect_format, read_corpus
+
+    conllu = _write(tmp_path, CONLLU, "x.conllu")
+    assert [(s.tokens, s.labels) for s in read_corpus(conllu)] == [(s.tokens, s.labels) for s in read_conllu(conllu)]
+    columns = _write(tmp_path, "-DOCSTART- X\n\nThe B-NP\ncat I-NP\n\n-DOCSTART- X\nsat B-VP\n", "x.data")
+    assert [s.tokens for s in read_corpus(columns)] == [["The", "cat"], ["sat"]]
+    assert [s.tokens for s in read_corpus(columns, "crfpp")] == [["-DOCSTART-"], ["The", "cat"], ["-DOCSTART-", "sat"]]
+    assert detect_format(tmp_path / "train.txt") == "conll"
+    assert detect_format(tmp_path / "notes.txt", labelled=False) == "text"
+    text = _write(tmp_path, "The cat sat. It slept\n\nA second block.\n", "notes.txt")
+    sentences = read_corpus(text, labelled=False)
+    assert [(s.tokens, s.labels, s.line) for s in sentences] == [
+        (["The", "cat", "sat", "."], None, 1), (["It", "slept"], None, 1), (["A", "second", "block", "."], None, 3)]
+    assert sentences[0].spaces == [True, True, False, False]
+    with pytest.raises(InputFormatError, match="raw text has no labels"):
+        read_corpus(text, "text")
+    with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, text"):
+        read_corpus(columns, "xml")
+    with pytest.raises(InputFormatError, match="no sentences"):
+        read_corpus(_write(tmp_path, "\n\n", "empty.conll"))
+
+
+def test_a_registered_format_is_read_by_read_corpus(tmp_path, monkeypatch):
+    """A new format is one decorated reader: read_corpus finds it by name and by suffix."""
+    from gpseq.corpora import formats
+
+    monkeypatch.setattr(formats, "FORMATS", dict(formats.FORMATS))
+    monkeypatch.setattr(formats, "SUFFIXES", dict(formats.SUFFIXES))
+
+    @formats.register_format("slash", (".slash",))
+    def read_slash(source, name, options):
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            pairs = [word.rsplit("/", 1) for word in line.split()]
+            yield Sentence([w for w, _ in pairs], [t for _, t in pairs] if options.labelled else None,
+                           source=name, line=number)
+
+    path = _write(tmp_path, "The/DT cat/NN\nsat/VBD\n", "x.slash")
+    assert [(s.tokens, s.labels) for s in formats.read_corpus(path)] == [(["The", "cat"], ["DT", "NN"]),
+                                                                         (["sat"], ["VBD"])]
+    assert formats.read_corpus(path, "slash", labelled=False)[1].labels is None

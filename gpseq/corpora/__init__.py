@@ -1,4 +1,4 @@
-"""Corpora: CoNLL column files and CoNLL-U, tag schemes and spans, splits, the public-corpus catalogue."""
+"""Corpora: CoNLL column files, CRF++, CoNLL-U and raw text behind `read_corpus`, tag schemes and spans, splits, the public-corpus catalogue."""
 
 from gpseq.corpora.catalogue import (
     corpora_root,
@@ -11,6 +11,7 @@ from gpseq.corpora.catalogue import (
 )
 from gpseq.corpora.conll import iter_conll, read_conll, split_columns, write_conll
 from gpseq.corpora.conllu import iter_conllu, read_conllu
+from gpseq.corpora.formats import FORMATS, ReadOptions, detect_format, iter_corpus, read_corpus, register_format
 from gpseq.corpora.schemes import (
     SCHEMES,
     convert_tags,
@@ -26,11 +27,14 @@ from gpseq.corpora.splits import kfold_indices, train_dev_split
 from gpseq.corpora.types import Sentence
 
 __all__ = [
+    "FORMATS",
+    "ReadOptions",
     "SCHEMES",
     "Sentence",
     "convert_tags",
     "corpora_root",
     "corpus_path",
+    "detect_format",
     "detect_scheme",
     "fetch_corpus",
     "get_corpus",
@@ -38,12 +42,15 @@ __all__ = [
     "is_chunk_labelling",
     "iter_conll",
     "iter_conllu",
+    "iter_corpus",
     "kfold_indices",
     "list_corpora",
     "load_corpus",
     "normalise_scheme",
     "read_conll",
     "read_conllu",
+    "read_corpus",
+    "register_format",
     "sha256_file",
     "spans",
     "spans_to_tags",

@@ -11,6 +11,8 @@ import secrets
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpseq.errors import OutputError
+
 
 @contextmanager
 def atomic_target(path: str | os.PathLike):
@@ -34,6 +36,26 @@ def atomic_target(path: str | os.PathLike):
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def writable_dir(path: str | os.PathLike, what: str | os.PathLike) -> None:
+    """OutputError (naming `what`) unless `path`, or the nearest ancestor that exists, is a writable
+    directory: what creating `what` there needs."""
+    probe = Path(path).absolute()
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(what, f"cannot be created: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(what, f"cannot be written: directory {probe} is not writable (permission denied)")
+
+
+def write_bytes_atomic(path: str | os.PathLike, payload: bytes) -> None:
+    """Write `payload` to `path` through `atomic_target`, synced to disk before the rename."""
+    with atomic_target(path) as temp, open(temp, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def current_umask() -> int:

@@ -12,6 +12,8 @@ class Sentence:
     `columns[t]` holds all fields of token t in file order (token and label columns included),
     so feature extractors can use extra columns (e.g. the POS column of CoNLL-2000).
     `source` and `line` (1-based line of the first token) locate it for error messages.
+    `spaces[t]` says whether whitespace follows token t, where the source tells (raw text); a
+    spaCy Doc of the sentence uses it.
     """
 
     tokens: list[str]
@@ -19,6 +21,7 @@ class Sentence:
     columns: list[list[str]] = field(default_factory=list)
     source: str | None = None
     line: int | None = None
+    spaces: list[bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:

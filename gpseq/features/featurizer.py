@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from gpseq.corpora._atomic import write_bytes_atomic
 from gpseq.errors import ConfigError, InputFormatError, ModelFormatError
 from gpseq.features.config import FeatureConfig
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical
@@ -339,8 +338,8 @@ class Featurizer:
             np.savez(buffer, **arrays)
             payload = buffer.getvalue()
             data["vocabulary_sha256"] = hashlib.sha256(payload).hexdigest()
-            _atomic_write(directory / "vocabulary.npz", payload)
-        _atomic_write(directory / "featurizer.json", json.dumps(data, ensure_ascii=False).encode("utf-8"))
+            write_bytes_atomic(directory / "vocabulary.npz", payload)
+        write_bytes_atomic(directory / "featurizer.json", json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
     @classmethod
     def load(cls, directory, nlp=None) -> "Featurizer":
@@ -714,18 +713,3 @@ def _missing_column(sentences: list, column: int) -> InputFormatError:
                     f"token {row[0] if row else ''!r} has {len(row)} columns; feature column {column} needed",
                 )
     return InputFormatError("<sentences>", None, f"feature column {column} missing")
-
-
-def _atomic_write(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` via a temporary file in the same directory and os.replace."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

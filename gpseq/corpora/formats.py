@@ -1,0 +1,119 @@
+"""Every corpus format behind one name: `read_corpus(path, format="auto")` and its registry.
+
+    sentences = read_corpus("train.conll")                          # CoNLL columns
+    sentences = read_corpus("en_ewt-ud-train.conllu")               # CoNLL-U, UPOS labels
+    sentences = read_corpus("notes.txt", "text", labelled=False)    # raw text, spaCy-tokenised
+
+A format is a reader `(source, options) -> Iterator[Sentence]` registered under a name with the
+file suffixes `auto` knows it by; adding one is `@register_format("name", suffixes)` here (or
+anywhere imported before use) and a test in tests/test_corpora.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from gpseq.corpora.conll import Source, iter_conll
+from gpseq.corpora.conllu import iter_conllu
+from gpseq.corpora.text import TEXT_MAX_TOKENS, blank_nlp, iter_text
+from gpseq.corpora.types import Sentence
+from gpseq.errors import ConfigError, InputFormatError
+
+
+@dataclass
+class ReadOptions:
+    """How to read a corpus: columns (column formats), encoding, whether labels are wanted, and
+    for raw text the spaCy language and the longest sentence."""
+
+    token_column: int = 0
+    label_column: int = -1
+    labelled: bool = True
+    encoding: str = "utf-8"
+    lang: str = "en"
+    text_max_tokens: int = TEXT_MAX_TOKENS
+    nlp: object = None  # a spaCy pipeline for raw text (default: blank `lang` + sentencizer, made once)
+
+
+Reader = Callable[[Source, str, ReadOptions], Iterator[Sentence]]
+FORMATS: dict[str, Reader] = {}
+SUFFIXES: dict[str, str] = {}  # ".conllu" -> "conllu"
+
+
+def register_format(name: str, suffixes: tuple[str, ...] = ()) -> Callable[[Reader], Reader]:
+    """Register `reader(source, name, options)` as corpus format `name`, known by `suffixes` under auto."""
+
+    def register(reader: Reader) -> Reader:
+        FORMATS[name] = reader
+        SUFFIXES.update({suffix: name for suffix in suffixes})
+        return reader
+
+    return register
+
+
+@register_format("conll", (".conll", ".conllx", ".iob", ".iob2", ".bio", ".bioes", ".data", ".tsv", ".col"))
+def _read_conll(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """CoNLL columns: token and label columns, a blank line between sentences, -DOCSTART- separators."""
+    return iter_conll(source, token_column=options.token_column,
+                      label_column=options.label_column if options.labelled else None,
+                      encoding=options.encoding, name=name)
+
+
+@register_format("crfpp")
+def _read_crfpp(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """CRF++ `train.data`: CoNLL columns without -DOCSTART- (a token may be spelled so)."""
+    return iter_conll(source, token_column=options.token_column,
+                      label_column=options.label_column if options.labelled else None,
+                      encoding=options.encoding, name=name, docstart=False)
+
+
+@register_format("conllu", (".conllu",))
+def _read_conllu(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """CoNLL-U (Universal Dependencies): FORM tokens, UPOS labels."""
+    return iter_conllu(source, label="upos" if options.labelled else None, encoding=options.encoding, name=name)
+
+
+@register_format("text")
+def _read_text(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """Raw text, tokenised and split into sentences by spaCy (unlabelled)."""
+    if options.labelled:
+        raise InputFormatError(name, None, "raw text has no labels; a labelled corpus is needed "
+                                           "(--format conll, crfpp or conllu)")
+    if options.nlp is None:
+        options.nlp = blank_nlp(options.lang)
+    return iter_text(source, options.nlp, encoding=options.encoding, name=name, max_tokens=options.text_max_tokens)
+
+
+def detect_format(path: str | Path, format: str = "auto", *, labelled: bool = True) -> str:
+    """The format a path is read as: `format` itself unless auto; auto goes by the suffix (.conllu
+    → conllu, CoNLL suffixes → conll) and otherwise is conll for a labelled corpus and raw text for
+    an unlabelled input (stdin, `-`, included)."""
+    if format != "auto":
+        if format not in FORMATS:
+            raise ConfigError(f"unknown corpus format {format!r}; known: auto, {', '.join(FORMATS)}")
+        return format
+    suffix = "" if str(path) == "-" else Path(path).suffix.lower()
+    return SUFFIXES.get(suffix, "conll" if labelled else "text")
+
+
+def iter_corpus(source: Source, format: str = "auto", *, name: str | None = None,
+                options: ReadOptions | None = None, **settings) -> Iterator[Sentence]:
+    """Stream the sentences of `source` (a path, `-` for stdin or a file object) in `format`;
+    `settings` are ReadOptions fields (token_column, label_column, labelled, encoding, lang, …)."""
+    options = options or ReadOptions(**settings)
+    path = source if isinstance(source, (str, os.PathLike)) else "-"
+    if str(source) == "-":
+        source, name = sys.stdin.buffer, name or "<stdin>"
+    resolved = detect_format(path, format, labelled=options.labelled)
+    return FORMATS[resolved](source, name, options)
+
+
+def read_corpus(path: str | Path, format: str = "auto", **settings) -> list[Sentence]:
+    """All sentences of a corpus file in `format` (see `iter_corpus`); InputFormatError if it has none."""
+    sentences = list(iter_corpus(path, format, **settings))
+    if not sentences:
+        raise InputFormatError(path, None, "no sentences in the file")
+    return sentences

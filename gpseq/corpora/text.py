@@ -1,0 +1,108 @@
+"""Raw text as sentences: spaCy's tokeniser and sentencizer, in pieces of bounded size.
+
+Neither spaCy nor the tagger ever sees an unbounded input: spaCy gets at most TEXT_MAX_CHARS
+characters per call (its own limit, nlp.max_length, is 1,000,000), so longer lines are cut at
+whitespace; a sentence of more than `max_tokens` tokens (raw text without sentence punctuation)
+is split into pieces of at most that many tokens, at whitespace between tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from gpseq.corpora.conll import Source, numbered_lines
+from gpseq.corpora.types import Sentence
+
+TEXT_MAX_CHARS = 100_000
+TEXT_MAX_TOKENS = 1_000
+
+
+def blank_nlp(lang: str):
+    """A blank spaCy pipeline of `lang` with a sentencizer: what raw text is read with."""
+    import spacy
+
+    nlp = spacy.blank(lang)
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+def cut_at_whitespace(text: str, limit: int) -> Iterator[tuple[int, str]]:
+    """(offset, piece) of `text` in pieces of at most `limit` characters, each cut at the last
+    whitespace within the limit (a hard cut where `limit` characters hold no whitespace)."""
+    start, n = 0, len(text)
+    while n - start > limit:
+        end = start + limit
+        cut = max(text.rfind(c, start + 1, end + 1) for c in " \t\u3000\u00a0\f\v")
+        if cut <= start:  # no whitespace in the window (e.g. unspaced scripts): a hard cut
+            yield start, text[start:end]
+            start = end
+        else:  # text[cut] is whitespace: it ends this piece
+            yield start, text[start:cut]
+            start = cut + 1
+    if start < n:
+        yield start, text[start:]
+
+
+def split_tokens(n_tokens: int, spaces: list[bool], limit: int) -> list[tuple[int, int]]:
+    """[start, end) pieces of a sentence of `n_tokens` tokens, each at most `limit` tokens, cut after a
+    token followed by whitespace (the last such one within the limit; a cut between any two tokens
+    when the last half of the window has none)."""
+    pieces, start = [], 0
+    while n_tokens - start > limit:
+        end = start + limit
+        cut = next((i for i in range(end, start + limit // 2, -1) if spaces[i - 1]), end)
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, n_tokens))
+    return pieces
+
+
+def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None = None,
+              max_block_chars: int = TEXT_MAX_CHARS, max_tokens: int = TEXT_MAX_TOKENS) -> Iterator[Sentence]:
+    """Sentences of raw text (unlabelled, with `spaces`): blocks of non-blank lines (at most
+    max_block_chars characters per `nlp` call; a longer line is cut at whitespace), spaCy tokens
+    and sentences; sentences longer than max_tokens tokens are split into pieces of at most
+    max_tokens (at whitespace between tokens). `line` is the line of the sentence's first token."""
+
+    def split(block: list[str], first: int, name: str) -> Iterator[Sentence]:
+        text = "\n".join(block)
+        doc = nlp(text)
+        position, newlines = 0, 0  # newlines before `position` in text (sentences come in order)
+        for sent in doc.sents:
+            tokens = [t for t in sent if not t.is_space]
+            if not tokens:
+                continue
+            spaces = []
+            for token in tokens:
+                following = doc[token.i + 1] if token.i + 1 < len(doc) else None
+                spaces.append(bool(token.whitespace_) or (following is not None and following.is_space))
+            for start, end in split_tokens(len(tokens), spaces, max_tokens):
+                piece = spaces[start:end]
+                piece[-1] = False  # each sentence becomes its own Doc: no trailing space
+                newlines += text.count("\n", position, tokens[start].idx)
+                position = tokens[start].idx
+                yield Sentence([t.text for t in tokens[start:end]], source=name, line=first + newlines,
+                               spaces=piece)
+
+    with numbered_lines(source, encoding, name) as (name, lines):
+        block: list[str] = []
+        first, size = 0, 0
+        for number, line in lines:
+            if not line.strip():
+                if block:
+                    yield from split(block, first, name)
+                    block, size = [], 0
+                continue
+            if block and size + len(line) + 1 > max_block_chars:
+                yield from split(block, first, name)
+                block, size = [], 0
+            if len(line) > max_block_chars:  # a long line (e.g. text without line breaks): cut at whitespace
+                for _, piece in cut_at_whitespace(line, max_block_chars):
+                    yield from split([piece], number, name)
+                continue
+            if not block:
+                first = number
+            block.append(line)
+            size += len(line) + 1
+        if block:
+            yield from split(block, first, name)

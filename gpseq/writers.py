@@ -1,0 +1,143 @@
+"""Tagged output: CoNLL, JSONL and spaCy DocBin writers, chunk-span records, labels into spaCy Docs.
+
+`gpseq tag` writes through the writers; the spaCy component writes Docs through `doc_spans` and
+`set_tags`, so a span's probability and a token's tag mean the same in both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from gpseq.corpora.schemes import spans
+from gpseq.corpora.types import Sentence
+
+
+def span_records(labels: Sequence[str], confidences: Sequence[float], scheme: str | None) -> list[list]:
+    """[type, start, end_exclusive, probability] per chunk of `labels` (none without a scheme).
+
+    probability = Π_t p(y_t = label_t | X) over the span's tokens: the product of the token
+    marginals, a documented approximation that ignores the correlation of neighbouring labels."""
+    if scheme is None:
+        return []
+    records = []
+    for type_, start, end in spans(labels, scheme):
+        probability = 1.0
+        for t in range(start, end):
+            probability *= confidences[t]
+        records.append([type_, start, end, probability])
+    return records
+
+
+def doc_spans(doc, records: list[list], positions: Sequence[int] | None = None) -> list:
+    """spaCy Spans of `records`; `positions[t]` is the Doc index of sequence token t (default t)."""
+    from spacy.tokens import Span
+
+    at = (lambda t: t) if positions is None else positions.__getitem__
+    return [Span(doc, at(start), at(end - 1) + 1, label=type_ or "CHUNK") for type_, start, end, _ in records]
+
+
+def set_tags(tokens, labels: Sequence[str], upos: dict[str, str] | None = None) -> None:
+    """token.tag_ = label (and token.pos_ = upos[label] when a mapping is given)."""
+    for token, label in zip(tokens, labels):
+        token.tag_ = label
+        if upos is not None:
+            token.pos_ = upos[label]
+
+
+def _fmt(p: float) -> str:
+    return f"{p:.6g}"
+
+
+class ConllWriter:
+    """token, label, p(label) per line (tab-separated), a blank line between sentences; with
+    `full_distribution`, LABEL=p for every label."""
+
+    def __init__(self, stream, full_distribution: bool):
+        self.stream, self.full = stream, full_distribution
+
+    def write(self, sentence: Sentence, result, scheme: str | None) -> None:
+        lines = []
+        for t, (token, label, p) in enumerate(zip(result.tokens, result.labels, result.confidences)):
+            fields = [token, label, _fmt(p)]
+            if self.full:
+                fields += [f"{name}={_fmt(q)}" for name, q in zip(result.label_set, result.probabilities[t])]
+            lines.append("\t".join(fields))
+        self.stream.write("\n".join(lines) + "\n\n")
+
+    def close(self) -> None:
+        self.stream.flush()
+
+
+class JsonlWriter:
+    """One JSON object per sentence: source, line, tokens, labels, confidences, distributions,
+    spans [type, start, end_exclusive, probability], sequence_log_prob."""
+
+    def __init__(self, stream, full_distribution: bool):
+        self.stream = stream
+
+    def write(self, sentence: Sentence, result, scheme: str | None) -> None:
+        records = span_records(result.labels, result.confidences, scheme)
+        record = {
+            "source": sentence.source,
+            "line": sentence.line,
+            "tokens": result.tokens,
+            "labels": result.labels,
+            "confidences": [round(p, 6) for p in result.confidences],
+            "distributions": [
+                {name: round(float(q), 6) for name, q in zip(result.label_set, row)} for row in result.probabilities
+            ],
+            "spans": [[t, s, e, round(p, 6)] for t, s, e, p in records],
+            "sequence_log_prob": result.sequence_log_prob,
+        }
+        self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        self.stream.flush()
+
+
+class DocBinWriter:
+    """Tagged sentences as spaCy Docs in a DocBin (written to `path` at `close`):
+    doc.user_data["gpseq"] holds labels and confidences, chunk spans go to doc.spans["gpseq"]
+    (scores in its attrs) and doc.ents, other labels to token.tag_."""
+
+    def __init__(self, path: Path, lang: str, full_distribution: bool):
+        import spacy
+        from spacy.tokens import DocBin
+
+        self.path, self.full = path, full_distribution
+        self.vocab = spacy.blank(lang).vocab
+        self.docbin = DocBin(store_user_data=True)
+
+    def write(self, sentence: Sentence, result, scheme: str | None) -> None:
+        from spacy.tokens import Doc
+
+        spaces = sentence.spaces or [True] * (len(result.tokens) - 1) + [False]
+        doc = Doc(self.vocab, words=result.tokens, spaces=spaces)
+        data = {
+            "labels": result.labels,
+            "confidences": result.confidences,
+            "sequence_log_prob": result.sequence_log_prob,
+            "source": sentence.source,
+            "line": sentence.line,
+        }
+        if self.full:
+            data["label_set"] = list(result.label_set)
+            data["probabilities"] = result.probabilities.tolist()
+        doc.user_data["gpseq"] = data
+        if scheme is not None:
+            records = span_records(result.labels, result.confidences, scheme)
+            group = doc_spans(doc, records)
+            doc.spans["gpseq"] = group
+            doc.spans["gpseq"].attrs["scores"] = [p for *_, p in records]
+            doc.ents = group
+        else:
+            set_tags(doc, result.labels)
+        self.docbin.add(doc)
+
+    def close(self) -> None:
+        self.docbin.to_disk(self.path)  # `gpseq tag` gives a temporary file, renamed into place after
+
+
+WRITERS = {"conll": ConllWriter, "jsonl": JsonlWriter, "spacy": DocBinWriter}
