@@ -245,6 +245,9 @@ class Tagger:
             inducing = kmeans_inducing(data.rows, M, seed=tcfg.seed, snap=True)
             inducing = inducing[0] if isinstance(inducing, tuple) else inducing
             inducing = inducing.toarray() if sp.issparse(inducing) else np.asarray(inducing)
+        # a sentence longer than a batch may hold is trained as consecutive pieces (memory bounded
+        # by batch_tokens; the transitions across a cut are left out of the likelihood)
+        data = data.cut_long(tcfg.batch_tokens)
         tf.random.set_seed(tcfg.seed)
         from gpseq.training.distribute import make_strategy
 

@@ -1248,6 +1248,123 @@ def test_peak_rss_spacy_component_on_a_20k_token_doc(default_model, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# SVI training batches capped by tokens; longer sentences cut into pieces
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens", [None, 1, 40, 100, 10_000])
+def test_bucketed_batches_capped_by_tokens(max_tokens):
+    """Over random corpora: every sentence once per epoch; at most batch_size sentences and (given
+    max_tokens) at most max_tokens padded tokens a batch, a longer sentence alone; lengths sorted
+    into consecutive runs; as many batches as batch_count for every rng; with no cap, the
+    same batches as cutting the sorted order every batch_size sentences."""
+    from gpseq.training.batching import batch_count, bucketed_batches
+
+    rng = np.random.default_rng(14)
+    for trial in range(40):
+        lengths = rng.integers(1, 60, size=rng.integers(1, 80))
+        batch_size = int(rng.integers(1, 12))
+        counts = set()
+        for seed in range(3):
+            batches = bucketed_batches(lengths, batch_size, np.random.default_rng(seed), max_tokens=max_tokens)
+            counts.add(len(batches))
+            assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+            for ids in batches:
+                padded = len(ids) * lengths[ids].max()
+                assert len(ids) <= batch_size
+                assert max_tokens is None or padded <= max_tokens or len(ids) == 1, (lengths[ids], max_tokens)
+        # unshuffled (rng None): consecutive runs of the sorted lengths, each as long as the limits allow
+        ordered = bucketed_batches(lengths, batch_size, None, max_tokens=max_tokens)
+        flat = np.sort(lengths)
+        assert np.array_equal(lengths[np.concatenate(ordered)], flat)
+        position = 0
+        for ids in ordered:
+            position += len(ids)
+            if position < len(flat) and len(ids) < batch_size:
+                assert max_tokens is not None and (len(ids) + 1) * flat[position] > max_tokens
+        assert counts == {batch_count(lengths, batch_size, max_tokens)}
+        if max_tokens is None:
+            want = [np.sort(lengths)[i:i + batch_size].tolist() for i in range(0, len(lengths), batch_size)]
+            got = sorted((np.sort(lengths[ids]).tolist() for ids in batches), key=lambda x: (x[0], x[-1], len(x)))
+            assert got == sorted(want, key=lambda x: (x[0], x[-1], len(x)))
+
+
+def test_cut_long_pieces_concatenate_to_the_sentence():
+    """Sentences longer than max_tokens become ceil(T / max_tokens) consecutive pieces of nearly
+    equal length, at most max_tokens each, whose rows and labels concatenate to the sentence's;
+    shorter sentences are kept whole and in order."""
+    import scipy.sparse as sp
+
+    from gpseq.training.batching import SequenceData
+
+    rng = np.random.default_rng(3)
+    lengths = np.array([5, 23, 1, 8, 17, 9])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    rows = sp.csr_matrix(rng.integers(0, 3, size=(offsets[-1], 7)))
+    labels = rng.integers(0, 4, size=offsets[-1]).astype(np.int32)
+    data = SequenceData(rows, offsets, labels)
+    assert data.cut_long(23) is data
+    cut = data.cut_long(8)
+    want_pieces = [1, 3, 1, 1, 3, 2]
+    assert len(cut) == sum(want_pieces)
+    assert cut.lengths.max() <= 8 and cut.lengths.max() - cut.lengths.min() <= 8
+    assert (cut.rows != rows).nnz == 0 and np.array_equal(cut.label_ids, labels)  # same tokens, same order
+    piece = 0
+    for length, count in zip(lengths, want_pieces):
+        parts = cut.lengths[piece:piece + count]
+        assert parts.sum() == length and parts.max() - parts.min() <= 1
+        piece += count
+
+
+def test_svi_training_batches_are_capped_by_tokens(corpus, monkeypatch):
+    """SVI on the tiny corpus plus one 700-token sentence, training.batch_tokens 128: every batch that
+    reaches the training step holds at most 128 padded tokens and batch_size sentences, and one epoch
+    covers every training token exactly once (the long sentence in pieces)."""
+    import gpseq.training.distribute as distribute
+    from gpseq.corpora import Sentence, read_conll
+    from gpseq.features import get_preset
+    from gpseq.tagger import Tagger, TaggerConfig
+    from gpseq.training.trainer import TrainingConfig
+
+    train = read_conll(corpus)
+    long = Sentence(([t for s in train for t in s.tokens] * 3)[:700], ([l for s in train for l in s.labels] * 3)[:700])
+    assert len(long.tokens) == 700
+    shapes = []
+    real_make_batch = distribute.make_batch
+
+    def make_batch(data, ids, **kwargs):
+        batch = real_make_batch(data, ids, **kwargs)
+        shapes.append((*batch["labels"].shape, int(batch["lengths"].sum())))  # B, T, real tokens
+        return batch
+
+    monkeypatch.setattr(distribute, "make_batch", make_batch)
+    training = TrainingConfig(method="svi", batch_size=8, batch_tokens=128, epochs=1, dev_fraction=0.0,
+                              early_stopping="none", checkpoint_every=0, seed=3)
+    tagger = Tagger.train(train + [long], TaggerConfig(features=get_preset("ner"), training=training))
+    assert tagger.scores["steps"] == len(shapes)
+    assert max(B * T for B, T, _ in shapes) <= 128 and max(B for B, _, _ in shapes) <= 8
+    assert sum(tokens for *_, tokens in shapes) == sum(len(s.tokens) for s in train) + 700
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["default", "svi"])
+def test_peak_rss_training_on_one_10k_token_sentence(tmp_path, method):
+    """`gpseq train` on a corpus of one 10,000-token sentence (3.15 GB before): under the bound, a
+    model saved (SVI: pieces of batch_tokens; the default training: its own token-bounded batches)."""
+    rows = [line for line in (SAMPLE / "train.conll").read_text(encoding="utf-8").splitlines() if line.strip()]
+    path = tmp_path / "one.conll"
+    path.write_text("\n".join(rows[i % len(rows)] for i in range(10_000)) + "\n\n", encoding="utf-8")
+    extra = ["--set", "training.method=svi"] if method == "svi" else []
+    out = tmp_path / "model"
+    code, peak, stderr = _peak_rss_mb([sys.executable, ROOT / "cli.py", "train", path, "-o", out, "--features", "ner",
+                                       "--max-steps", "2", *extra])
+    assert code == 0, stderr
+    print(f"peak RSS training ({method}) on one 10k-token sentence: {peak:.0f} MB")
+    assert peak < PEAK_RSS_BOUND_MB
+    assert (out / "tagger.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
 # spaCy component to_disk: replaces only a model directory gpseq wrote, atomically
 # ---------------------------------------------------------------------------------------------
 

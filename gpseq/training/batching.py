@@ -53,6 +53,20 @@ class SequenceData:
         labels = None if self.label_ids is None else self.label_ids[token_ids]
         return SequenceData(self.rows[token_ids], offsets, labels)
 
+    def cut_long(self, max_tokens: int) -> "SequenceData":
+        """Every sequence longer than `max_tokens` cut into consecutive pieces of at most
+        `max_tokens` tokens (as equal as possible), each a sequence of its own; the others as they
+        are. The same object when no sequence is longer."""
+        lengths = self.lengths
+        if not (lengths > max_tokens).any():
+            return self
+        pieces = -(-lengths // max_tokens)  # [B] pieces per sequence, 1 for the short ones
+        owner = np.repeat(np.arange(len(lengths)), pieces)
+        index = np.arange(len(owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number within its sequence
+        starts = self.offsets[owner] + (lengths[owner] * index) // pieces[owner]
+        stops = self.offsets[owner] + (lengths[owner] * (index + 1)) // pieces[owner]
+        return self.slices(starts, stops)
+
 
 def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """Concatenation of arange(start, stop) for each pair, vectorised."""
@@ -110,22 +124,48 @@ def make_batch(
 
 
 def bucketed_batches(
-    lengths: np.ndarray, batch_size: int, rng: np.random.Generator | None
+    lengths: np.ndarray, batch_size: int, rng: np.random.Generator | None, max_tokens: int | None = None
 ) -> list[np.ndarray]:
     """Sentence ids grouped into batches of similar length; batch order shuffled by `rng`.
 
     Sentences are sorted by length (ties broken randomly when `rng` is given) and cut into
-    consecutive batches, so padding is small; with `rng=None` the order is deterministic.
+    consecutive batches of at most `batch_size` sentences and, given `max_tokens`, at most that
+    many padded tokens (B × T_max; a sentence longer than that is a batch of its own), so padding
+    is small and memory bounded by tokens; with `rng=None` the order is deterministic. The cuts
+    depend only on the sorted lengths, so every epoch has `batch_count(...)` batches.
     """
     lengths = np.asarray(lengths)
     if rng is None:
         order = np.argsort(lengths, kind="stable")
     else:
         order = np.lexsort((rng.random(len(lengths)), lengths))
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[a:b] for a, b in _cuts(lengths[order], batch_size, max_tokens)]
     if rng is not None:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
+
+
+def batch_count(lengths: np.ndarray, batch_size: int, max_tokens: int | None = None) -> int:
+    """How many batches `bucketed_batches` makes of these sentences (the same for every `rng`)."""
+    return len(_cuts(np.sort(np.asarray(lengths)), batch_size, max_tokens))
+
+
+def _cuts(sorted_lengths: np.ndarray, max_sentences: int | None, max_tokens: int | None) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive batches of ascending `sorted_lengths`, greedily as large as
+    allowed: at most `max_sentences` sentences and `max_tokens` padded tokens (B × the last,
+    longest, length); a sentence longer than `max_tokens` alone."""
+    count = len(sorted_lengths)
+    cap = max_sentences or max(count, 1)
+    if max_tokens is None:
+        return [(a, min(a + cap, count)) for a in range(0, count, cap)]
+    cuts, start = [], 0
+    while start < count:
+        stop = start + 1
+        while stop < count and stop - start < cap and (stop + 1 - start) * sorted_lengths[stop] <= max_tokens:
+            stop += 1
+        cuts.append((start, stop))
+        start = stop
+    return cuts
 
 
 def sequence_windows(length: int, max_tokens: int, overlap: int) -> np.ndarray:
@@ -158,16 +198,7 @@ def token_batches(lengths: np.ndarray, max_tokens: int, max_sentences: int | Non
     own): memory bounded by tokens, not by the number of sentences."""
     lengths = np.asarray(lengths)
     order = np.argsort(lengths, kind="stable")
-    cap = max_sentences or len(order)
-    batches, start = [], 0
-    while start < len(order):
-        stop = start + 1
-        # sorted lengths: the padded size of order[start:stop + 1] is (stop + 1 - start) * lengths[order[stop]]
-        while stop < len(order) and stop - start < cap and (stop + 1 - start) * lengths[order[stop]] <= max_tokens:
-            stop += 1
-        batches.append(order[start:stop])
-        start = stop
-    return batches
+    return [order[a:b] for a, b in _cuts(lengths[order], max_sentences, max_tokens)]
 
 
 def batch_signature(dtype) -> dict:

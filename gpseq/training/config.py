@@ -24,6 +24,8 @@ class TrainingConfig:
     calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
     refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)
     batch_size: int = 32
+    batch_tokens: int = 4096  # svi: at most this many padded tokens (B × T_max) a batch, as well as
+    # batch_size sentences; a longer training sentence is cut into pieces of at most this many tokens
     epochs: int = 10
     max_steps: int | None = None
     learning_rate: float = 0.02
@@ -50,6 +52,8 @@ class TrainingConfig:
             raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_tokens < 1:
+            raise ConfigError(f"batch_tokens must be >= 1, got {self.batch_tokens}")
         if self.method not in ("auto", "laplace", "svi"):
             raise ConfigError(f"method must be auto, laplace or svi, got {self.method!r}")
         if self.max_iterations < 1 or self.evidence_rounds < 0:

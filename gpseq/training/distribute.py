@@ -24,7 +24,6 @@ the host, ahead of the step (prefetch): no Python per-token work inside the step
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Callable, Iterator
 
@@ -34,7 +33,7 @@ import tensorflow as tf
 from gpseq.errors import ConfigError
 from gpseq.training.config import STRATEGIES
 from gpseq.gp.natgrad import NaturalGradient, natural_variables
-from gpseq.training.batching import SequenceData, batch_signature, bucketed_batches, make_batch
+from gpseq.training.batching import SequenceData, batch_count, batch_signature, bucketed_batches, make_batch
 
 
 
@@ -205,14 +204,16 @@ def build_svi_step(
 
 
 # ---- the tagger's input pipeline ----------------------------------------------------------------
-def batch_plan(lengths: np.ndarray, batch_size: int, seed: int, start_step: int, total_steps: int) -> Iterator[np.ndarray]:
+def batch_plan(lengths: np.ndarray, batch_size: int, seed: int, start_step: int, total_steps: int,
+               max_tokens: int | None = None) -> Iterator[np.ndarray]:
     """Sentence ids of global steps `start_step … total_steps − 1`: epoch e's bucketed order is
-    drawn from (seed, e), so the plan does not depend on the number of replicas or on resuming."""
-    per_epoch = math.ceil(len(lengths) / batch_size)
+    drawn from (seed, e), so the plan does not depend on the number of replicas or on resuming.
+    Batches hold at most `batch_size` sentences and `max_tokens` padded tokens (`bucketed_batches`)."""
+    per_epoch = batch_count(lengths, batch_size, max_tokens)
     step = start_step
     while step < total_steps:
         epoch, position = divmod(step, per_epoch)
-        order = bucketed_batches(lengths, batch_size, np.random.default_rng([seed, epoch]))
+        order = bucketed_batches(lengths, batch_size, np.random.default_rng([seed, epoch]), max_tokens)
         for sentence_ids in order[position:]:
             if step >= total_steps:
                 return

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from gpseq.errors import ConfigError, NumericalError
 from gpseq.gp.natgrad import NaturalGradient, natural_variables
-from gpseq.training.batching import SequenceData
+from gpseq.training.batching import SequenceData, batch_count
 from gpseq.training.checkpoint import Checkpoints
 from gpseq.training.config import Progress, TrainingConfig, TrainState  # noqa: F401  (re-exported)
 from gpseq.training.distribute import (
@@ -140,7 +140,7 @@ class Trainer:
             log.warning("resume requested but no checkpoint found in %s; starting fresh",
                         self.checkpoints.directory if self.checkpoints else None)
         if isinstance(data, SequenceData):
-            per_epoch = math.ceil(len(data) / cfg.batch_size)
+            per_epoch = batch_count(data.lengths, cfg.batch_size, cfg.batch_tokens)
             tokens = max(1, int(data.lengths.sum()))
         else:
             per_epoch, tokens = _epoch_length(data), 1
@@ -154,7 +154,7 @@ class Trainer:
             raise ConfigError("training on batches of unknown number needs max_steps")
         step = self.state.step
         if isinstance(data, SequenceData):
-            plan = batch_plan(data.lengths, cfg.batch_size, cfg.seed, step, total)
+            plan = batch_plan(data.lengths, cfg.batch_size, cfg.seed, step, total, max_tokens=cfg.batch_tokens)
             batches = distributed_batches(self.strategy, data, plan, self.model.dtype)
             step_fn = self._compiled_step(batches.element_spec)
         else:
