@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402  (the top-level typer app, as `python cli.py` runs it)
+from gpseq.cli.config import apply_override, build_config  # noqa: E402
 
 SAMPLE = ROOT / "corpora" / "sample"
 # A tiny, fast configuration: lexical features only (raw text has no POS column), few steps.
@@ -165,24 +166,24 @@ def test_train_resume_repeats_the_uninterrupted_run(sample, tmp_path):
 
 def test_set_parses_json_values_and_rejects_unknown_keys():
     data = {"model": {"prior_variance": 1.0, "kernel": "linear"}, "training": {"max_steps": None}}
-    cli._apply_override(data, "model.prior_variance=2.5")
-    cli._apply_override(data, "model.kernel=linear+rbf")
-    cli._apply_override(data, "training.max_steps=null")
+    apply_override(data, "model.prior_variance=2.5")
+    apply_override(data, "model.kernel=linear+rbf")
+    apply_override(data, "training.max_steps=null")
     assert data == {"model": {"prior_variance": 2.5, "kernel": "linear+rbf"}, "training": {"max_steps": None}}
     from gpseq.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no key 'prior_varianc'"):
-        cli._apply_override(data, "model.prior_varianc=2")
+        apply_override(data, "model.prior_varianc=2")
     with pytest.raises(ConfigError, match="KEY.PATH=VALUE"):
-        cli._apply_override(data, "model.prior_variance")
+        apply_override(data, "model.prior_variance")
 
 
 def test_config_precedence_defaults_file_options_set(tmp_path):
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps({"model": {"num_inducing": 5, "likelihood": "exact"},
                                        "training": {"epochs": 2, "seed": 11}}))
-    config = cli._build_config(config_file, "pos", "pseudo", None, None, 7, None, "bioes", None, None,
-                               ["training.epochs=3", "model.prior_variance=2.5"])
+    config = build_config(config_file, "pos", "pseudo", None, None, 7, None, "bioes", None, None,
+                          ["training.epochs=3", "model.prior_variance=2.5"])
     assert config.model.num_inducing == 5  # file
     assert config.training.seed == 11  # file
     assert config.model.likelihood == "pseudo"  # option over file
@@ -346,6 +347,27 @@ def test_evaluate_json_and_reliability_png(trained, sample, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = invoke("evaluate", model_dir, sample / "test.conll", "--mean")
     assert table.exit_code == 0 and "token_accuracy" in table.stdout
+
+
+def test_evaluate_and_tag_read_conllu(trained, sample, tmp_path):
+    """The same sentences as CoNLL-U (FORM and UPOS fields holding the token and the label) give the
+    same metrics as the CoNLL file, by suffix or by --format; tag reads it too (--input-format auto)."""
+    model_dir, _ = trained
+    conllu = tmp_path / "test.conllu"
+    lines = []
+    for sentence in read_first_columns(sample / "test.conll"):
+        lines += [f"{i}\t{row[0]}\t_\t{row[-1]}\t_\t_\t_\t_\t_\t_" for i, row in enumerate(sentence, 1)] + [""]
+    conllu.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    unsuffixed = tmp_path / "test.ud"
+    unsuffixed.write_bytes(conllu.read_bytes())
+    want = json.loads(invoke("evaluate", model_dir, sample / "test.conll", "--json", "--mean").stdout)
+    for args in ([conllu], [unsuffixed, "--format", "conllu"]):
+        result = invoke("evaluate", model_dir, *args, "--json", "--mean")
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout) == want
+    tagged = invoke("tag", model_dir, conllu, "--mean")
+    assert [[row[0] for row in s] for s in parse_conll_output(tagged.stdout)] == [
+        [row[0] for row in s] for s in read_first_columns(sample / "test.conll")]
 
 
 def test_info_json_reports_sizes_from_disk(trained, library_tagger):

@@ -1,0 +1,5 @@
+"""`python -m gpseq`: the `gpseq` command."""
+
+from gpseq.cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""What every `gpseq` command shares: the typer app, exit codes and error handling, consoles and
+logging, option types, and reading a model or a corpus.
+
+User errors (`gpseq.errors`) print one line `error: <message>` on stderr and exit with the
+error's code (see EXIT_CODES); `--verbose` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpseq.errors import GpseqError, InputFormatError, OutputError
+
+EXIT_CODES = """[b]Exit codes[/b]
+
+  0    success
+  1    other gpseq error
+  2    usage error; input file missing or malformed (names file:line);
+       output not writable, an input, a directory gpseq did not write,
+       or one another gpseq train is writing (MODEL_DIR.lock)
+  3    model directory without tagger.json, corrupt, or newer format
+  4    invalid configuration (unknown preset, config key or value; a
+       --resume checkpoint of another configuration)
+  5    numerical failure in training
+  130  interrupted
+"""
+
+app = typer.Typer(
+    name="gpseq",
+    help="Sequence labelling with sparse structured Gaussian processes: calibrated per-token probabilities.",
+    epilog=EXIT_CODES,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+corpus_app = typer.Typer(
+    help="The catalogue of public corpora: list them, fetch one (download or offline mirror).",
+    epilog=EXIT_CODES,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(corpus_app, name="corpus")
+
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and info logging.")]
+CorpusFormat = Annotated[str, typer.Option(
+    "--format", help="Corpus format: conll (columns, -DOCSTART- separators), crfpp (columns), conllu "
+                     "(UPOS labels) or auto (conllu for .conllu, conll otherwise).")]
+ModelDir = Annotated[Path, typer.Argument(help="Model directory written by gpseq train.", show_default=False)]
+state = {"verbose": False}
+
+
+@app.callback()
+def _root(verbose: Verbose = False) -> None:
+    """Sequence labelling with sparse structured Gaussian processes: calibrated per-token probabilities."""
+    state["verbose"] = verbose
+
+
+def stderr():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdout():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def configure_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logger = logging.getLogger("gpseq")
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        handler = RichHandler(console=stderr(), show_time=False, show_path=False)
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def tagger_module():
+    """`gpseq.tagger`; TensorFlow, when a command comes to need it, is imported quietly unless
+    --verbose (`gpseq._tensorflow`)."""
+    from gpseq import _tensorflow
+
+    _tensorflow.QUIET = not state["verbose"]
+    import gpseq.tagger
+
+    return gpseq.tagger
+
+
+def command(function):
+    """Run a command, turning gpseq errors into one stderr line and their exit code."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        verbose = bool(kwargs.get("verbose")) or state["verbose"]
+        state["verbose"] = verbose
+        configure_logging(verbose)
+        try:
+            return function(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except GpseqError as error:
+            failure, trace = error, traceback.format_exc()
+        except FileNotFoundError as error:  # e.g. an output file in a directory that does not exist
+            failure = InputFormatError(error.filename or "?", None, error.strerror or "no such file")
+            trace = traceback.format_exc()
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as error:  # a path the user gave
+            failure = OutputError(error.filename or "?", error.strerror or str(error))
+            trace = traceback.format_exc()
+        except OSError as error:  # e.g. a full disk: still one line naming the file
+            failure = GpseqError(f"{error.filename or '?'}: {error.strerror or error}")
+            trace = traceback.format_exc()
+        except KeyboardInterrupt:
+            typer.echo("error: interrupted", err=True)
+            raise typer.Exit(130) from None
+        if verbose:
+            typer.echo(trace, err=True)
+        typer.echo(f"error: {failure}", err=True)
+        raise typer.Exit(failure.exit_code)
+
+    return wrapper
+
+
+def require_file(path: Path) -> Path:
+    """InputFormatError unless `path` is a file (or `-`, stdin)."""
+    if str(path) != "-" and not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "no such file"
+        raise InputFormatError(path, None, what)
+    return path
+
+
+def load_tagger(model_dir: Path):
+    if not model_dir.exists():
+        raise InputFormatError(model_dir, None, "no such model directory")
+    return tagger_module().Tagger.load(model_dir)
+
+
+def read_labelled(path: Path, format: str, token_column: int, label_column: int, encoding: str):
+    """The sentences of a labelled corpus file (InputFormatError if it is missing or has none)."""
+    from gpseq.corpora import read_corpus
+
+    require_file(path)
+    return read_corpus(path, format, token_column=token_column, label_column=label_column, encoding=encoding)

@@ -1,0 +1,90 @@
+"""`gpseq evaluate`: `Tagger.evaluate` on a labelled corpus, the metrics as tables or JSON, the
+reliability diagram."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpseq.cli.common import (EXIT_CODES, CorpusFormat, ModelDir, Verbose, app, command, load_tagger, read_labelled,
+                              stdout)
+from gpseq.model_meta import json_default
+
+
+EVALUATE_EXAMPLES = """[b]Examples[/b]
+
+  gpseq evaluate runs/sample corpora/sample/test.conll
+  gpseq evaluate runs/chunk test.txt --json --plot reliability.png
+  gpseq evaluate runs/chunk test.txt --samples 32   # Monte Carlo marginals
+
+""" + EXIT_CODES
+
+
+def metrics_tables(metrics: dict):
+    """A table of the overall metrics and, when there are `metric[TYPE]` keys, one of the per-type scores."""
+    from rich.table import Table
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4f}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value:,}"
+        return "-" if value is None else str(value)
+
+    overall = Table(title="evaluation")
+    overall.add_column("metric")
+    overall.add_column("value", justify="right")
+    per_type: dict[str, dict[str, object]] = {}
+    for name, value in metrics.items():
+        if name.endswith("]") and "[" in name:
+            metric, _, kind = name[:-1].partition("[")
+            per_type.setdefault(kind, {})[metric] = value
+        else:
+            overall.add_row(name, cell(value))
+    tables = [overall]
+    if per_type:
+        columns = list(dict.fromkeys(metric for row in per_type.values() for metric in row))
+        table = Table(title="per chunk type")
+        table.add_column("type")
+        for column in columns:
+            table.add_column(column, justify="right")
+        for kind, row in per_type.items():
+            table.add_row(kind or "(untyped)", *(cell(row.get(column)) for column in columns))
+        tables.append(table)
+    return tables
+
+
+@app.command(epilog=EVALUATE_EXAMPLES)
+@command
+def evaluate(
+    model_dir: ModelDir,
+    corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style corpus.", show_default=False)],
+    json_: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+    plot: Annotated[Optional[Path], typer.Option(help="Write the reliability diagram to this PNG.")] = None,
+    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive).")] = None,
+    mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals, whatever the model's default.")] = False,
+    bins: Annotated[int, typer.Option(help="Equal-width confidence bins for ECE and the reliability diagram.")] = 15,
+    token_column: Annotated[int, typer.Option(help="Token column of the corpus.")] = 0,
+    label_column: Annotated[int, typer.Option(help="Label column of the corpus (default: the last).")] = -1,
+    encoding: Annotated[str, typer.Option(help="Encoding of the corpus.")] = "utf-8",
+    format_: CorpusFormat = "auto",
+    verbose: Verbose = False,
+) -> None:
+    """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier; reliability diagram."""
+    sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
+    tagger = load_tagger(model_dir)
+    report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins)
+    if plot is not None:
+        report.reliability_diagram(plot, bins)
+    metrics = report.to_dict()
+    if json_:
+        typer.echo(json.dumps(metrics, indent=2, default=json_default))
+        return
+    console = stdout()
+    for table in metrics_tables(metrics):
+        console.print(table)
+    if plot is not None:
+        console.print(f"reliability diagram → {plot}")

@@ -1,0 +1,133 @@
+"""Where the commands write: outputs checked before any work (never an input, never a foreign
+file, never inside the model), written atomically, and the lock of a model directory in training."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Optional
+
+from gpseq.cli.common import tagger_module
+from gpseq.corpora._atomic import atomic_target, writable_dir
+from gpseq.errors import OutputError
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file: equal once resolved, or the same inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_train_outputs(output: Path, checkpoints: Path) -> None:
+    """Before training: `-o` must be absent, empty, or a gpseq model directory holding only the
+    files gpseq wrote, in a writable directory; the checkpoint directory must be writable."""
+    if checkpoints.resolve() == output.resolve() or output.resolve() in checkpoints.resolve().parents:
+        raise OutputError(checkpoints, f"the checkpoint directory must not be inside the model directory {output}")
+    tagger_module()._check_save_target(output)
+    if os.path.lexists(checkpoints) and not checkpoints.is_dir():
+        raise OutputError(checkpoints, "exists and is not a directory (needed for checkpoints)")
+    writable_dir(checkpoints, checkpoints)
+
+
+def check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path) -> None:
+    """Before tagging: `-o` must not be an input, the model, a directory or a read-only file, and its
+    directory must exist and be writable."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise OutputError(output, "is a directory; -o needs a file name")
+    for path in files:
+        if str(path) != "-" and same_file(output, path):
+            raise OutputError(output, f"is the same file as the input {path}; refusing to overwrite an input "
+                                      "(choose another -o)")
+    try:
+        inside_model = model_dir.resolve() in output.resolve().parents
+    except (OSError, RuntimeError):
+        inside_model = False
+    if inside_model:
+        raise OutputError(output, f"is inside the model directory {model_dir}; refusing to write there")
+    if os.path.lexists(output):
+        try:
+            mode = output.stat().st_mode
+        except OSError as error:
+            raise OutputError(output, f"cannot be written ({error.strerror or error})") from None
+        if stat.S_ISREG(mode) and (not os.access(output, os.W_OK) or not mode & 0o222):
+            raise OutputError(output, "is a read-only file; refusing to overwrite it")
+    parent = Path(os.path.realpath(output)).parent  # where the temporary file goes (beside a symlink's target)
+    if not parent.is_dir():
+        raise OutputError(output, f"cannot be written: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(output, f"cannot be written: directory {parent} is not writable (permission denied)")
+
+
+@contextlib.contextmanager
+def train_lock(output: Path):
+    """Hold `OUTPUT.lock` (beside the model directory) for the whole training: a second training
+    writing the same -o fails at start (OutputError naming the directory and the holder's PID).
+
+    The lock is an flock on the file, which the kernel releases when its holder dies, so a lock
+    left by a killed training is stale by construction and simply taken over; the file holds the
+    holder's PID for the message and is removed at the end. (Without fcntl, i.e. not on a POSIX
+    system, there is no lock.)"""
+    try:
+        import fcntl
+    except ImportError:
+        yield None
+        return
+
+    absolute = Path(os.path.abspath(output))
+    lock = absolute.with_name(absolute.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)  # as the save would (checked writable before)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise OutputError(output, f"another gpseq train (PID {holder}) is writing this model directory "
+                                      f"(lock {lock}); wait for it to finish or choose another -o") from None
+        try:  # the holder we waited for may have removed the file: lock the one at `lock`
+            current = os.stat(lock)
+            opened = os.fstat(fd)
+            same = (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # while still holding it: a waiting opener then sees another inode and retries
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_file(output: Path):
+    """The path to write `output` through: a temporary sibling renamed onto `output` at the end
+    (an existing file keeps its permissions; a failure leaves it untouched). A device or FIFO
+    (e.g. /dev/null) is written directly."""
+    target = Path(os.path.realpath(output)) if output.is_symlink() else output
+    if os.path.exists(target) and not os.path.isfile(target):
+        yield target
+        return
+    with atomic_target(target) as temp:
+        if os.path.exists(target):
+            shutil.copymode(target, temp)
+        yield temp

@@ -1,0 +1,147 @@
+"""`gpseq tag`: read inputs in any corpus format (raw text by default), `Tagger.tag` a batch at a
+time, write CoNLL, JSONL or a spaCy DocBin (`gpseq.writers`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Iterable, Iterator, Optional
+
+import typer
+
+from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.outputs import check_tag_output, output_file
+from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
+from gpseq.corpora.text import TEXT_MAX_TOKENS
+from gpseq.errors import ConfigError
+from gpseq.writers import WRITERS
+
+
+TAG_EXAMPLES = """[b]Examples[/b]
+
+  gpseq tag runs/sample corpora/sample/example.txt
+  cat notes.txt | gpseq tag runs/sample - --format jsonl --mean
+  gpseq tag runs/chunk test.conll --full-distribution -o tagged.conll
+  gpseq tag runs/ner docs/*.txt --format spacy -o tagged.spacy
+
+[b]Output formats[/b]
+
+  conll  token, label, p(label) per line (tab-separated), a blank line
+         between sentences; --full-distribution appends LABEL=p for
+         every label.
+  jsonl  one object per sentence: source, line, tokens, labels,
+         confidences, distributions (per token: label -> p),
+         sequence_log_prob = log p(label path | tokens), and for chunk
+         labels spans \\[type, start, end_exclusive, probability], the
+         probability being the product of the token marginals of the
+         span's labels.
+  spacy  a DocBin (-o required): doc.user_data["gpseq"] holds labels and
+         confidences, chunk spans go to doc.spans["gpseq"] (scores in
+         its attrs) and doc.ents, other labels to token.tag_.
+
+""" + EXIT_CODES
+
+INPUT_FORMATS = ("auto", "text", "conll", "crfpp", "conllu")
+
+
+def iter_inputs(files: list[Path], input_format: str, token_column: int, encoding: str, lang: str,
+                text_max_tokens: int = TEXT_MAX_TOKENS) -> Iterator[Sentence]:
+    """The unlabelled sentences of every input file in turn (`-`: stdin); one spaCy pipeline for all raw text."""
+    options = ReadOptions(token_column=token_column, labelled=False, encoding=encoding, lang=lang,
+                          text_max_tokens=text_max_tokens)
+    for path in files:
+        require_file(path)
+        yield from iter_corpus(path, input_format, options=options)
+
+
+def batches(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
+    batch: list[Sentence] = []
+    for sentence in sentences:
+        batch.append(sentence)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def check_text_input(tagger, files: list[Path], input_format: str) -> None:
+    """Raw text has only tokens: refuse it up front for a model whose features read other corpus columns."""
+    features = tagger.featurizer.config
+    columns = sorted(c for c in features.sources() if isinstance(c, int) and c > 0)
+    text = [path for path in files if detect_format(path, input_format, labelled=False) == "text"]
+    if columns and text:
+        raise ConfigError(
+            f"{text[0]}: raw text has only tokens, but this model's features "
+            f"(preset {features.preset!r}) read corpus column(s) {columns}; tag a CoNLL "
+            "file that has them (--input-format conll), or train with features that raw text can "
+            "feed (e.g. --features ner or pos)"
+        )
+
+
+@app.command(epilog=TAG_EXAMPLES)
+@command
+def tag(
+    model_dir: ModelDir,
+    files: Annotated[list[Path], typer.Argument(help="Input files; - reads stdin.", show_default=False)],
+    input_format: Annotated[str, typer.Option(help="text (spaCy tokenisation + sentencizer), conll (token column, blank line between sentences), crfpp (columns, no -DOCSTART-), conllu, or auto (conllu for .conllu, conll for .conll/.iob/.data/.tsv…, text otherwise).")] = "auto",
+    format_: Annotated[str, typer.Option("--format", help="Output: conll, jsonl or spacy (DocBin; needs -o).")] = "conll",
+    full_distribution: Annotated[bool, typer.Option("--full-distribution", help="conll/spacy: add every label's probability per token.")] = False,
+    samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive, deterministic unless it says mc).")] = None,
+    mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals (probit-scaled potentials, one forward-backward), whatever the model's default.")] = False,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences read, tagged and written at a time (bounds memory).")] = 256,
+    token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
+    encoding: Annotated[str, typer.Option(help="Encoding of the input files.")] = "utf-8",
+    text_max_tokens: Annotated[int, typer.Option(help="text input: split a sentence longer than this many tokens (e.g. text without sentence punctuation) into pieces of at most this many, at whitespace.")] = TEXT_MAX_TOKENS,
+    verbose: Verbose = False,
+) -> None:
+    """Tag raw text or CoNLL files: labels with per-token probabilities."""
+    from gpseq.corpora import is_chunk_labelling
+
+    if input_format not in INPUT_FORMATS:
+        raise ConfigError(f"--input-format must be {', '.join(INPUT_FORMATS[:-1])} or {INPUT_FORMATS[-1]}; "
+                          f"got {input_format!r}")
+    if format_ not in WRITERS:
+        raise ConfigError(f"--format must be conll, jsonl or spacy; got {format_!r}")
+    if format_ == "spacy" and output is None:
+        raise ConfigError("--format spacy writes a binary DocBin: give -o FILE")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"--samples must be >= 1; got {samples}")
+    if text_max_tokens < 1:
+        raise ConfigError(f"--text-max-tokens must be >= 1; got {text_max_tokens}")
+    for path in files:
+        require_file(path)
+    check_tag_output(output, files, model_dir)
+    tagger = load_tagger(model_dir)
+    lang = tagger.config.features.lang
+    check_text_input(tagger, files, input_format)
+    scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
+
+    n_sentences = n_tokens = 0
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        target = None if output is None else stack.enter_context(output_file(output))
+        if format_ == "spacy":
+            writer = WRITERS[format_](target, lang, full_distribution)
+        else:
+            if target is None:
+                stream = sys.stdout
+            else:
+                stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
+            writer = WRITERS[format_](stream, full_distribution)
+        sentences = iter_inputs(files, input_format, token_column, encoding, lang, text_max_tokens)
+        for batch in batches(sentences, batch_size):
+            results = tagger.tag(batch, samples=samples, mean=mean or None, batch_size=batch_size)
+            for sentence, result in zip(batch, results):
+                writer.write(sentence, result, scheme)
+                n_tokens += len(result.tokens)
+            n_sentences += len(batch)
+        writer.close()
+    if output is not None:
+        elapsed = time.perf_counter() - started
+        stderr().print(f"tagged {n_sentences:,} sentences, {n_tokens:,} tokens in {elapsed:.1f} s → {output}")
