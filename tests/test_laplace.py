@@ -256,3 +256,20 @@ def test_the_default_training_and_a_tagger_import_without_tensorflow():
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_calibration_on_a_few_tokens_is_the_map_temperature_under_its_prior():
+    """With 12 one-token sentences the fitted T minimises Σ NLL + (log T)² / (2 s²) (grid reference)."""
+    from gpseq.training.calibration import LOG_TEMPERATURE_SCALE
+
+    rng = np.random.default_rng(9)
+    V, N = 3, 12
+    logits = rng.normal(size=(N, V)) * 3.0
+    labels = logits.argmax(1).astype(np.int32)  # all right: the dev NLL alone would push T → 0
+    offsets = np.arange(N + 1, dtype=np.int64)
+    fitted = fit_calibration(logits, np.zeros((N, V)), np.zeros((V, V)), np.zeros((V, V)), labels, offsets)
+    grid = np.linspace(-2.0, 2.0, 4001)
+    log_p = lambda log_t: logits / np.exp(log_t) - np.logaddexp.reduce(logits / np.exp(log_t), axis=1, keepdims=True)
+    totals = [-log_p(g)[np.arange(N), labels].sum() + 0.5 * (g / LOG_TEMPERATURE_SCALE) ** 2 for g in grid]
+    assert np.log(fitted["temperature"]) == pytest.approx(grid[int(np.argmin(totals))], abs=2e-3)
+    assert 0.2 < fitted["temperature"] < 1.0  # sharpened, but not to the bound
