@@ -27,7 +27,9 @@ import pytest
 
 from test_cli import invoke, one_line  # the in-process CliRunner helpers (and `import cli`)
 
-import cli  # noqa: E402  (test_cli put the checkout on sys.path)
+from gpseq.cli.train import TrainProgress  # noqa: E402
+from gpseq.corpora.text import TEXT_MAX_CHARS, TEXT_MAX_TOKENS, iter_text  # noqa: E402
+from gpseq.writers import ConllWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
@@ -214,13 +216,13 @@ def test_tag_output_temporary_names_the_pid_and_stale_ones_are_removed(model, no
     (tmp_path / f".out.conll.tmp-{dead}-0a0b0c0d").write_text("half written by a killed run\n")
     (tmp_path / f".out.conll.tmp-{alive}-1a2b3c4d").write_text("being written by another run\n")
     seen = []
-    real_write = cli._ConllWriter.write
+    real_write = ConllWriter.write
 
     def write(self, item, result, scheme):
         seen.append(sorted(p.name for p in tmp_path.iterdir()))
         return real_write(self, item, result, scheme)
 
-    monkeypatch.setattr(cli._ConllWriter, "write", write)
+    monkeypatch.setattr(ConllWriter, "write", write)
     inputs = sha(notes)
     result = invoke("tag", model, notes, "-o", target, "--mean")
     assert result.exit_code == 0, result.stderr
@@ -293,14 +295,14 @@ def test_train_keeps_files_put_into_the_output_during_training(corpus, copy, tmp
     target = copy()
     original = snapshot(target)
     foreign = target / "notes-written-meanwhile.txt"
-    real_call = cli._TrainProgress.__call__
+    real_call = TrainProgress.__call__
 
     def call(self, progress):
         if not foreign.exists():
             foreign.write_text("written during training\n")
         return real_call(self, progress)
 
-    monkeypatch.setattr(cli._TrainProgress, "__call__", call)
+    monkeypatch.setattr(TrainProgress, "__call__", call)
     result = invoke("train", corpus, "-o", target, *TINY, "--checkpoint-dir", tmp_path / "ckpt")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines()[-1] == (
@@ -737,17 +739,17 @@ def test_text_reader_cuts_a_5mb_line_into_bounded_pieces(tmp_path):
     path = tmp_path / "long.txt"
     path.write_text("A first line.\n" + line + "\n\nThe last one.\n", encoding="utf-8")
     nlp = _RecordingNlp()
-    items = list(cli._iter_text(path, str(path), "utf-8", nlp))
-    assert max(nlp.lengths) <= cli.TEXT_MAX_CHARS == 100_000
+    items = list(iter_text(path, nlp, encoding="utf-8", name=str(path)))
+    assert max(nlp.lengths) <= TEXT_MAX_CHARS == 100_000
     assert len(nlp.lengths) >= 50
-    assert [item.sentence.tokens for item in items[:1]] == [["A", "first", "line", "."]]
-    assert items[-1].sentence.tokens == ["The", "last", "one", "."] and items[-1].sentence.line == 4
+    assert [item.tokens for item in items[:1]] == [["A", "first", "line", "."]]
+    assert items[-1].tokens == ["The", "last", "one", "."] and items[-1].line == 4
     middle = items[1:-1]
-    assert max(len(item.sentence.tokens) for item in middle) == cli.TEXT_MAX_TOKENS == 1_000
-    assert [t for item in middle for t in item.sentence.tokens] == line.split()
-    assert {item.sentence.line for item in middle} == {2}
+    assert max(len(item.tokens) for item in middle) == TEXT_MAX_TOKENS == 1_000
+    assert [t for item in middle for t in item.tokens] == line.split()
+    assert {item.line for item in middle} == {2}
     for item in items:
-        assert len(item.spaces) == len(item.sentence.tokens) and item.spaces[-1] is False
+        assert len(item.spaces) == len(item.tokens) and item.spaces[-1] is False
 
 
 def test_text_reader_splits_long_sentences_between_words_not_inside_them(tmp_path):
@@ -757,14 +759,14 @@ def test_text_reader_splits_long_sentences_between_words_not_inside_them(tmp_pat
     path = tmp_path / "words.txt"
     path.write_text(words + "\n" + "x" * 250_000 + "\n", encoding="utf-8")
     nlp = _RecordingNlp()
-    items = list(cli._iter_text(path, str(path), "utf-8", nlp, max_tokens=100))
-    first = [item for item in items if item.sentence.line == 1]
-    assert all(len(item.sentence.tokens) <= 100 for item in first)
-    assert all(item.sentence.tokens[0] != "n't" and item.sentence.tokens[-1] != "do" for item in first)
-    assert [t for item in first for t in item.sentence.tokens] == ["we", "do", "n't", "stop"] * 700
-    second = [item for item in items if item.sentence.line == 2]  # 250,000 characters, no whitespace
-    assert max(nlp.lengths) <= cli.TEXT_MAX_CHARS
-    assert "".join(t for item in second for t in item.sentence.tokens) == "x" * 250_000
+    items = list(iter_text(path, nlp, encoding="utf-8", name=str(path), max_tokens=100))
+    first = [item for item in items if item.line == 1]
+    assert all(len(item.tokens) <= 100 for item in first)
+    assert all(item.tokens[0] != "n't" and item.tokens[-1] != "do" for item in first)
+    assert [t for item in first for t in item.tokens] == ["we", "do", "n't", "stop"] * 700
+    second = [item for item in items if item.line == 2]  # 250,000 characters, no whitespace
+    assert max(nlp.lengths) <= TEXT_MAX_CHARS
+    assert "".join(t for item in second for t in item.tokens) == "x" * 250_000
 
 
 def test_tag_a_300kb_unpunctuated_line(model, tmp_path):
@@ -798,8 +800,8 @@ LOCK_HOLDER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-import cli
-with cli._train_lock(Path(sys.argv[2])):
+from gpseq.cli.outputs import train_lock
+with train_lock(Path(sys.argv[2])):
     print("locked", flush=True)
     sys.stdin.read()
 """
