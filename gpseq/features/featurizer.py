@@ -28,7 +28,7 @@ from gpseq.corpora._atomic import write_bytes_atomic
 from gpseq.errors import ConfigError, InputFormatError, ModelFormatError
 from gpseq.features.config import FeatureConfig
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical
-from gpseq.features.padded import PAD_ID
+from gpseq.features.padded import PAD_ID, ranges
 from gpseq.features.templates import FeatureTemplate, boundary_string, source_name
 
 FORMAT_NAME = "gpseq.features"
@@ -36,16 +36,6 @@ FORMAT_VERSION = 1
 _DENSE_TABLE_MAX = 1 << 20  # templates whose key space is at most this use a direct lookup table
 _TYPE_CACHE_MAX = 2_000_000  # word types cached before the cache is reset
 _KEY_LIMIT = 1 << 62
-
-
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, stop) for each pair, vectorised."""
-    counts = stops - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(total, dtype=np.int64) + shift
 
 
 @dataclass
@@ -86,7 +76,7 @@ class FeatureMatrix:
         lengths = (stops - starts).astype(np.int32)
         n_seq = len(sentence_ids)
         time = int(lengths.max()) if n_seq else 0
-        token_ids = _ranges(starts, stops)
+        token_ids = ranges(starts, stops)
         indptr = self.rows.indptr
         row_nnz = (indptr[token_ids + 1] - indptr[token_ids]).astype(np.int64)
         needed = int(row_nnz.max()) if row_nnz.size else 0
@@ -98,7 +88,7 @@ class FeatureMatrix:
         values = np.zeros((n_seq, time, width), dtype=self.rows.dtype)
         seq_of = np.repeat(np.arange(n_seq), lengths)
         pos = np.arange(len(token_ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        element = _ranges(indptr[token_ids], indptr[token_ids + 1])
+        element = ranges(indptr[token_ids], indptr[token_ids + 1])
         element_token = np.repeat(np.arange(len(token_ids)), row_nnz)
         slot = np.arange(len(element)) - np.repeat(np.cumsum(row_nnz) - row_nnz, row_nnz)
         indices[seq_of[element_token], pos[element_token], slot] = self.rows.indices[element]

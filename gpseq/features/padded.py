@@ -53,3 +53,13 @@ def csr_from_padded(padded: PaddedRows, n_features: int) -> sp.csr_matrix:
     keep = values != 0
     row_of = np.nonzero(keep)[0]
     return sp.csr_matrix((values[keep], (row_of, indices[keep])), shape=(indices.shape[0], n_features))
+
+
+def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, stop) for each pair, vectorised (int64)."""
+    counts = np.asarray(stops) - np.asarray(starts)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(total, dtype=np.int64) + shift

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from gpseq.features.padded import PAD_ID, padded_from_csr
+from gpseq.features.padded import PAD_ID, padded_from_csr, ranges
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -48,7 +48,7 @@ class SequenceData:
         """Token ranges `[starts[i], stops[i])` (flat token positions, in that order) as the
         sequences of a new SequenceData; ranges may overlap (windows of one long sentence)."""
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
-        token_ids = _ranges(starts, stops)
+        token_ids = ranges(starts, stops)
         offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
         labels = None if self.label_ids is None else self.label_ids[token_ids]
         return SequenceData(self.rows[token_ids], offsets, labels)
@@ -68,15 +68,6 @@ class SequenceData:
         return self.slices(starts, stops)
 
 
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, stop) for each pair, vectorised."""
-    counts = stops - starts
-    if counts.sum() == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(counts.sum(), dtype=np.int64) + shift
-
-
 def make_batch(
     data: SequenceData,
     sentence_ids: np.ndarray,
@@ -94,7 +85,7 @@ def make_batch(
     lengths = data.lengths[sentence_ids].astype(np.int32)
     n_seq = len(sentence_ids)
     time = _round_up(int(lengths.max()) if n_seq else 0, time_multiple)
-    token_ids = _ranges(data.offsets[sentence_ids], data.offsets[sentence_ids + 1])
+    token_ids = ranges(data.offsets[sentence_ids], data.offsets[sentence_ids + 1])
     sub = data.rows[token_ids]
     row_nnz = np.diff(sub.indptr)
     width = _round_up(int(row_nnz.max()) if row_nnz.size else 0, width_multiple)
