@@ -5,10 +5,11 @@ The tagger's unaries f_j(x) = b_j + w_jᵀx are the GP with the linear kernel in
 (DESIGN "The expressiveness trap"), prior w ~ N(0, σ²_g I) for the weights of feature-template
 group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I). `fit_laplace`:
 
-1. **MAP** of (b, W, P) by L-BFGS (`gpseq.training.lbfgs`) on the full-corpus exact chain log-likelihood plus the Gaussian
-   log prior (CRFsuite's objective with an L2 per group), over the (feature, label) pairs seen
-   in training (CRFsuite's feature set; the other weights are structural zeros); one sparse
-   product X·W and one scaled forward–backward per evaluation;
+1. **MAP** of (b, W, P) by L-BFGS (`gpseq.training.lbfgs`) on the full-corpus exact chain
+   log-likelihood plus the Gaussian log prior (CRFsuite's objective with an L2 per group), over
+   the (feature, label) pairs seen in training (CRFsuite's feature set; the other weights are
+   structural zeros); one sparse product X·W and one scaled forward–backward per evaluation, in
+   NumPy (`gpseq.training.chain_objective`: no TensorFlow in the default training);
 2. **diagonal Laplace**: q(θ_i) = N(θ̂_i, 1 / (1/σ²_g + F_ii)) with F the Fisher (= Gauss–Newton)
    diagonal of the chain likelihood, free from its marginals: F[f, v] = Σ_t x_tf² p_t(v)(1 − p_t(v))
    (exact when a feature fires at most once in a sequence); for P the bound Σ_t ξ_t(i, j);
