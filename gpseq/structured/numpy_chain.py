@@ -47,10 +47,6 @@ class TimeMajor:
         # the sentence (layout order) of each time-major row
         self.sentence_of = np.concatenate([np.arange(n) for n in self.running]) if steps else np.zeros(0, np.int64)
 
-    @property
-    def n_tokens(self) -> int:
-        return int(self.starts[-1])
-
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
 

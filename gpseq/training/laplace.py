@@ -33,8 +33,8 @@ import numpy as np
 
 from gpseq.errors import NumericalError
 from gpseq.training.batching import SequenceData
-from gpseq.training.calibration import calibrated_potentials, fit_calibration
-from gpseq.training.chain_objective import NumpyChainObjective, observed_pairs  # noqa: F401  (observed_pairs: API)
+from gpseq.training.calibration import fit_calibration
+from gpseq.training.chain_objective import NumpyChainObjective
 from gpseq.training.lbfgs import minimize_lbfgs
 
 
@@ -190,19 +190,6 @@ def calibrate(fit: LaplaceFit, dev: SequenceData, start=(1e-5, 1.0)) -> dict[str
     mean, variance = fit.unary_moments(dev.rows)
     return fit_calibration(mean, variance, fit.pairwise, fit.pairwise_variance, dev.label_ids, dev.offsets,
                            start=start)
-
-
-def dev_token_nll(fit: LaplaceFit, dev: SequenceData, alpha: float, temperature: float) -> float:
-    """Token NLL of `dev` under the fit's calibrated predictive (labels unknown to the model skipped)."""
-    from gpseq.structured.numpy_chain import TimeMajor
-
-    layout = TimeMajor(dev.offsets)
-    mean, variance = fit.unary_moments(dev.rows[layout.order])
-    unary, pairwise = calibrated_potentials(mean, variance, fit.pairwise, fit.pairwise_variance, alpha, temperature)
-    marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
-    labels = dev.label_ids[layout.order]
-    known = np.flatnonzero(labels >= 0)
-    return float(-np.log(np.maximum(marg[known, labels[known]], 1e-12)).mean())
 
 
 def _softplus_inverse(x):
