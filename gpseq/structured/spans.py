@@ -1,0 +1,396 @@
+"""What a tagger's chain says about whole spans and whole paths: exact span probabilities,
+n-best label sequences, path probabilities and span-F1-optimal decoding, in NumPy (float64).
+
+`ChainPosterior` holds R weighted linear chains over one padded batch: R = 1 for the
+deterministic predictive (probit-scaled potentials / T, one chain), R = K·S for the Monte Carlo
+predictive (each calibrated draw of the potentials, weight π_k / S). Every probability it returns
+is the weighted average over the R chains of that chain's exact probability:
+
+    P(event | X) = Σ_r w_r p_r(event),   p_r by (constrained) forward–backward on chain r.
+
+**Span probability.** P(the span [i, j) is a chunk of type τ, exactly) = the probability that
+`gpseq.corpora.schemes.spans` of the label path contains (τ, i, j): a chunk of type τ starts at i
+(conlleval boundaries of the tag scheme: `B-τ`, or `I-τ` after `O` or another type, `S-τ` …),
+does not end at i+1 … j−1, and ends at j (the next label does not continue it, or j = L). With
+forward messages α_t (including u_t), backward messages β_t and the pairwise exp W masked by
+which label pairs start (S), continue (C) and end (E) a chunk,
+
+    p_r = [α_{i−1}ᵀ (W∘S_τ) D_i] [Π_{k=i+1}^{j−1} (W∘C) D_k] [(W∘E) D_j β_j] / Z,   D_k = diag e^{u_k},
+
+the start factor being e^{u_i} masked to type τ when i = 0 and the end factor 1 when j = L: one
+short constrained forward pass per span (O((j − i)·V²)), all spans of a batch at once.
+
+**Paths.** `path_log_probs(paths)` = log Σ_r w_r p_r(path): exact for R = 1; for R > 1 the
+log of an unbiased Monte Carlo estimate, low by ≈ Var/(2·S·p²) nats (Jensen), which
+`bias_corrected=True` removes to first order (the delta method). `nbest(k)` is the k-best
+(list) Viterbi on the weighted mean of the R chains' potentials — for R = 1, the predictive chain
+itself, so its k paths are exactly the k most probable under it — with each path's probability
+from `path_log_probs`.
+
+Shapes: unary `[R, B, T, V]`, pairwise `[R, V, V]`, lengths `[B]` (padding past a length is
+ignored), weights `[R]` summing to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpseq.corpora.schemes import _chunk_ends, _chunk_starts, normalise_scheme, split_label
+from gpseq.errors import ConfigError
+
+_SENTINEL = ("O", "")  # what precedes a sentence and follows it
+
+
+@dataclass(frozen=True)
+class SpanScheme:
+    """Which label pairs start, continue and end a chunk (conlleval boundaries of a tag scheme).
+
+    types [C] chunk types; type_of [V] type id of each label (−1 for O); starts [V+1, V] (row V:
+    the sentence start) holds when a chunk starts at the second label of the pair; continues
+    [V, V] when a chunk running at the first label goes on through the second; ends [V, V+1]
+    (column V: the sentence end) when it ends between them."""
+
+    labels: tuple[str, ...]
+    scheme: str
+    types: tuple[str, ...]
+    type_of: np.ndarray
+    starts: np.ndarray
+    continues: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def build(cls, labels: Sequence[str], scheme: str) -> "SpanScheme":
+        scheme = normalise_scheme(scheme)
+        parsed = []
+        for label in labels:
+            parts = split_label(label)
+            if parts is None:
+                raise ConfigError(f"label {label!r} is not a chunk label: span probabilities need chunk labels")
+            parsed.append(parts)
+        types = tuple(sorted({kind for prefix, kind in parsed if prefix != "O"}))
+        type_id = {kind: c for c, kind in enumerate(types)}
+        type_of = np.array([-1 if prefix == "O" else type_id[kind] for prefix, kind in parsed], dtype=np.int64)
+        V = len(parsed)
+        before = parsed + [_SENTINEL]
+        starts = np.array([[_chunk_starts(*a, *b) for b in parsed] for a in before], dtype=bool)
+        ends = np.array([[a[0] != "O" and _chunk_ends(*a, *b) for b in before] for a in parsed], dtype=bool)
+        continues = np.array([[a[0] != "O" and not _chunk_ends(*a, *b) for b in parsed] for a in parsed],
+                             dtype=bool)
+        assert starts.shape == (V + 1, V) and ends.shape == (V, V + 1)
+        return cls(tuple(labels), scheme, types, type_of, starts, continues, ends)
+
+    def type_index(self, kind: str) -> int:
+        try:
+            return self.types.index(kind)
+        except ValueError:
+            raise ConfigError(f"no chunk type {kind!r} among the model's labels ({', '.join(self.types)})") from None
+
+
+def _log_matmul(log_x, matrix):
+    """log(exp(log_x) @ matrix) `[R, N, V]` for log_x `[R, N, V]` and a non-negative matrix `[R, V, V]`
+    (−inf where the sum is 0)."""
+    shift = np.max(log_x, axis=-1, keepdims=True)
+    shift = np.where(np.isfinite(shift), shift, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.matmul(np.exp(log_x - shift), matrix)) + shift
+
+
+def _logsumexp(x, axis):
+    shift = np.max(x, axis=axis, keepdims=True)
+    shift = np.where(np.isfinite(shift), shift, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.squeeze(np.log(np.sum(np.exp(x - shift), axis=axis, keepdims=True)) + shift, axis=axis)
+
+
+class ChainPosterior:
+    """R weighted linear chains over a padded batch, with their forward–backward messages (float64).
+
+    unary `[R, B, T, V]` (or `[B, T, V]` for R = 1), pairwise `[R, V, V]` (or `[V, V]`),
+    lengths `[B]` ≥ 1, weights `[R]` (default uniform)."""
+
+    def __init__(self, unary, pairwise, lengths, weights=None):
+        unary = np.asarray(unary, dtype=np.float64)
+        pairwise = np.asarray(pairwise, dtype=np.float64)
+        if unary.ndim == 3:
+            unary = unary[None]
+        if pairwise.ndim == 2:
+            pairwise = pairwise[None]
+        R, B, T, V = unary.shape
+        if pairwise.shape[-2:] != (V, V) or pairwise.shape[0] not in (1, R):
+            raise ConfigError(f"pairwise of shape {pairwise.shape} does not fit unary of shape {unary.shape}")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if self.lengths.shape != (B,) or (B and (self.lengths.min() < 1 or self.lengths.max() > T)):
+            raise ConfigError(f"lengths must be [B] = [{B}] values in 1..{T}")
+        self.weights = np.full(R, 1.0 / R) if weights is None else np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != (R,):
+            raise ConfigError(f"weights must have shape [R] = [{R}], got {self.weights.shape}")
+        self.unary = np.where(np.arange(T)[None, None, :, None] < self.lengths[None, :, None, None], unary, 0.0)
+        self.pairwise = np.broadcast_to(pairwise, (R, V, V))
+        self.pair_shift = self.pairwise.max(axis=(1, 2), keepdims=True)  # [R, 1, 1]
+        self.transition = np.exp(self.pairwise - self.pair_shift)  # [R, V, V] exp W, scaled
+        self._messages()
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.unary.shape
+
+    def _messages(self) -> None:
+        """log α `[R, B, T, V]` (including u_t), log β `[R, B, T, V]` (β_{L−1} = 1) and log Z `[R, B]`."""
+        R, B, T, V = self.unary.shape
+        shift = self.pair_shift[..., 0]  # [R, 1]
+        log_alpha = np.empty_like(self.unary)
+        log_alpha[:, :, 0] = self.unary[:, :, 0]
+        for t in range(1, T):
+            log_alpha[:, :, t] = _log_matmul(log_alpha[:, :, t - 1], self.transition) + shift[..., None] \
+                + self.unary[:, :, t]
+        log_beta = np.zeros_like(self.unary)
+        transposed = np.swapaxes(self.transition, 1, 2)
+        last = self.lengths - 1
+        for t in range(T - 2, -1, -1):
+            inside = (t < last)[None, :, None]  # β_t is a message only before the last token
+            step = _log_matmul(self.unary[:, :, t + 1] + log_beta[:, :, t + 1], transposed) + shift[..., None]
+            log_beta[:, :, t] = np.where(inside, step, 0.0)
+        self.log_alpha, self.log_beta = log_alpha, log_beta
+        ends = log_alpha[:, np.arange(B), last]  # [R, B, V]
+        self.log_z = _logsumexp(ends, axis=-1)  # [R, B]
+
+    def _mix(self, log_p):
+        """log Σ_r w_r exp(log_p[r]) for log_p `[R, ...]`."""
+        with np.errstate(divide="ignore"):
+            return _logsumexp(log_p + np.log(self.weights).reshape((-1,) + (1,) * (log_p.ndim - 1)), axis=0)
+
+    # ---- tokens and paths --------------------------------------------------------------------------
+    def token_marginals(self) -> np.ndarray:
+        """p(y_t = v | X) `[B, T, V]` (weighted over the chains; 0 past a length)."""
+        log_marg = self.log_alpha + self.log_beta - self.log_z[:, :, None, None]
+        marg = np.einsum("r,rbtv->btv", self.weights, np.exp(np.minimum(log_marg, 0.0)))
+        T = self.unary.shape[2]
+        return np.where(np.arange(T)[None, :, None] < self.lengths[:, None, None], marg, 0.0)
+
+    def path_scores(self, paths) -> np.ndarray:
+        """Unnormalised log-scores `[R, B]` of label paths `[B, T]` (entries past a length ignored)."""
+        paths = np.asarray(paths, dtype=np.int64)
+        R, B, T, V = self.unary.shape
+        valid = np.arange(T)[None, :] < self.lengths[:, None]  # [B, T]
+        safe = np.where(valid, paths, 0)
+        unary = np.take_along_axis(self.unary, safe[None, :, :, None], axis=-1)[..., 0]  # [R, B, T]
+        pair = self.pairwise[:, safe[:, :-1], safe[:, 1:]]  # [R, B, T-1]
+        return (unary * valid).sum(-1) + (pair * valid[:, 1:]).sum(-1)
+
+    def path_log_probs(self, paths, *, per_chain: bool = False, bias_corrected: bool = False) -> np.ndarray:
+        """log P(path | X) `[B]` of label paths `[B, T]`: log Σ_r w_r p_r(path) (`[R, B]` of log p_r with
+        `per_chain`). `bias_corrected` adds the delta-method correction Σ_r w_r² (p_r/p̂ − 1)² / 2 ·
+        R/(R − 1) for R equally weighted Monte Carlo draws (its O(1/R) Jensen bias); ≤ 0 always."""
+        log_p = np.minimum(self.path_scores(paths) - self.log_z, 0.0)  # [R, B]
+        if per_chain:
+            return log_p
+        mixed = self._mix(log_p)
+        R = len(self.weights)
+        if bias_corrected and R > 1:
+            ratio = np.exp(log_p - mixed[None])  # p_r / p̂
+            relative_variance = (self.weights[:, None] ** 2 * (ratio - 1.0) ** 2).sum(0) * R / (R - 1)
+            mixed = np.minimum(mixed + 0.5 * relative_variance, 0.0)
+        return mixed
+
+    def mean_chain(self) -> "ChainPosterior":
+        """The single chain of the weighted mean potentials (the chains themselves when R = 1)."""
+        if len(self.weights) == 1:
+            return self
+        unary = np.einsum("r,rbtv->btv", self.weights, self.unary)
+        pairwise = np.einsum("r,rij->ij", self.weights, self.pairwise)
+        return ChainPosterior(unary, pairwise, self.lengths)
+
+    def viterbi(self) -> np.ndarray:
+        """The best path `[B, T]` of the weighted mean potentials (padding 0)."""
+        paths, _ = self.nbest(1)
+        return paths[:, 0]
+
+    def nbest(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best paths `[B, k, T]` of the weighted mean potentials, best first (k-best Viterbi),
+        and log P(path | X) `[B, k]` of each under the R chains (−inf and path 0 where a sentence
+        has fewer than k paths)."""
+        if k < 1:
+            raise ConfigError(f"n-best needs k >= 1, got {k}")
+        mean = self.mean_chain()
+        unary, pairwise = mean.unary[0], mean.pairwise[0]  # [B, T, V], [V, V]
+        B, T, V = unary.shape
+        delta = np.full((B, V, k), -np.inf)
+        delta[:, :, 0] = unary[:, 0]
+        back = np.zeros((T, B, V, k), dtype=np.int64)  # flat (previous label · k + previous rank)
+        keep = (np.arange(V)[:, None] * k + np.arange(k)[None, :])[None]  # identity pointer [1, V, k]
+        for t in range(1, T):
+            candidates = (delta[:, :, :, None] + pairwise[None, :, None, :]).reshape(B, V * k, V)  # [B, V·k, V]
+            order = np.argsort(-candidates, axis=1, kind="stable")[:, :k]  # [B, k, V]
+            best = np.take_along_axis(candidates, order, axis=1)  # [B, k, V]
+            running = (t < self.lengths)[:, None, None]
+            delta = np.where(running, np.swapaxes(best, 1, 2) + unary[:, t, :, None], delta)
+            back[t] = np.where(running, np.swapaxes(order, 1, 2), keep)
+        final = delta.reshape(B, V * k)
+        top = np.argsort(-final, axis=1, kind="stable")[:, :k]  # [B, k] flat (label · k + rank)
+        found = np.isfinite(np.take_along_axis(final, top, axis=1))  # [B, k]
+        paths = np.zeros((B, k, T), dtype=np.int64)
+        state = top
+        for t in range(T - 1, -1, -1):
+            label = state // k
+            paths[:, :, t] = label
+            state = np.take_along_axis(back[t].reshape(B, V * k), state, axis=1)
+        paths = np.where(np.arange(T)[None, None, :] < self.lengths[:, None, None], paths, 0)
+        log_probs = np.stack([self.path_log_probs(paths[:, n]) for n in range(k)], axis=1)
+        paths = np.where(found[:, :, None], paths, 0)
+        return paths, np.where(found, log_probs, -np.inf)
+
+    # ---- spans -------------------------------------------------------------------------------------
+    def span_log_probs(self, scheme: SpanScheme, queries, *, per_chain: bool = False) -> np.ndarray:
+        """log P(span | X) `[Q]` (`[R, Q]` per chain with `per_chain`) of queries `[Q, 4]`: rows
+        (sentence b, type id c, start i, end j exclusive), 0 ≤ i < j ≤ L_b."""
+        queries = np.asarray(queries, dtype=np.int64).reshape(-1, 4)
+        R = self.unary.shape[0]
+        Q = len(queries)
+        out = np.full((R, Q), -np.inf)
+        if Q:
+            b, c, i, j = queries.T
+            if (i < 0).any() or (j <= i).any() or (j > self.lengths[b]).any() or (c < 0).any() \
+                    or (c >= len(scheme.types)).any():
+                raise ConfigError("span queries need 0 <= start < end <= sentence length and a valid type")
+            order = np.argsort(-(j - i), kind="stable")
+            self._constrained(scheme, queries[order], lambda rows, values: out.__setitem__((slice(None), order[rows]),
+                                                                                          values))
+        return out if per_chain else self._mix(out)
+
+    def span_probs(self, scheme: SpanScheme, queries) -> np.ndarray:
+        """P(span | X) `[Q]` of queries `[Q, 4]` (sentence, type id, start, end exclusive)."""
+        return np.exp(self.span_log_probs(scheme, queries))
+
+    def _start_messages(self, scheme: SpanScheme, b, c, i):
+        """log of the constrained forward message at the first token of spans (b, c, i): `[R, N, V]`."""
+        R, _, _, V = self.unary.shape
+        starts = self.transition * scheme.starts[:V][None]  # [R, V, V] exp W where the pair starts a chunk
+        prev = self.log_alpha[:, b, np.maximum(i - 1, 0)]  # [R, N, V]
+        inner = _log_matmul(prev, starts) + self.pair_shift[..., 0][..., None]
+        with np.errstate(divide="ignore"):
+            first = np.log(scheme.starts[V].astype(np.float64))[None, None, :]  # sentence start
+        message = np.where((i > 0)[None, :, None], inner, first) + self.unary[:, b, i]
+        of_type = scheme.type_of[None, :] == c[:, None]  # [N, V]
+        return np.where(of_type[None], message, -np.inf)
+
+    def _end_factors(self, scheme: SpanScheme, b, j):
+        """log Σ_c exp W(a, c)·E(a, c)·e^{u_j(c)} β_j(c) `[R, N, V]` over a (0 where j = L: the end)."""
+        R, _, T, V = self.unary.shape
+        at = np.minimum(j, T - 1)
+        right = self.unary[:, b, at] + self.log_beta[:, b, at]  # [R, N, V]
+        ends = np.swapaxes(self.transition * scheme.ends[:, :V][None], 1, 2)  # [R, V(c), V(a)]
+        inner = _log_matmul(right, ends) + self.pair_shift[..., 0][..., None]
+        with np.errstate(divide="ignore"):
+            last = np.log(scheme.ends[:, V].astype(np.float64))[None, None, :]
+        return np.where((j < self.lengths[b])[None, :, None], inner, last)
+
+    def _constrained(self, scheme: SpanScheme, queries, emit) -> None:
+        """Constrained forward passes for queries sorted by decreasing length; `emit(rows, log_p [R, n])`."""
+        b, c, i, j = queries.T
+        length = j - i
+        message = self._start_messages(scheme, b, c, i)  # [R, Q, V]
+        continues = self.transition * scheme.continues[None]
+        shift = self.pair_shift[..., 0][..., None]
+        steps = int(length[0])
+        for k in range(steps):
+            if k:
+                active = int(np.searchsorted(-length, -k, side="left"))  # queries longer than k
+                message = _log_matmul(message[:, :active], continues) + shift \
+                    + self.unary[:, b[:active], i[:active] + k]
+            done = np.flatnonzero(length[: message.shape[1]] == k + 1)
+            if len(done):
+                end = self._end_factors(scheme, b[done], j[done])
+                log_p = _logsumexp(message[:, done] + end, axis=-1) - self.log_z[:, b[done]]
+                emit(done, np.minimum(log_p, 0.0))
+
+    def spans_from(self, scheme: SpanScheme, starts, *, min_prob: float = 0.0, max_length: int | None = None):
+        """Every span starting at `starts [N, 3]` rows (sentence b, type id c, start i) with its
+        probability: (queries `[M, 4]`, P `[M]`) for each end j ≤ L_b (and j − i ≤ max_length),
+        leaving out spans of probability below `min_prob`, and all longer ones from a start once the
+        probability that its chunk runs on through the next token is below `min_prob` (an upper
+        bound on every longer span's)."""
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1, 3)
+        found_queries, found_probs = [np.zeros((0, 4), np.int64)], [np.zeros(0)]
+        b, c, i = starts.T
+        message = self._start_messages(scheme, b, c, i)  # [R, N, V] at token i + k
+        continues = self.transition * scheme.continues[None]
+        shift = self.pair_shift[..., 0][..., None]
+        alive = np.arange(len(starts))
+        k = 0
+        while len(alive):
+            j = i[alive] + k + 1
+            end = self._end_factors(scheme, b[alive], j)
+            log_p = np.minimum(_logsumexp(message + end, axis=-1) - self.log_z[:, b[alive]], 0.0)  # [R, n]
+            p = np.exp(self._mix(log_p))
+            keep = p >= min_prob
+            found_queries.append(np.stack([b[alive], c[alive], i[alive], j], axis=1)[keep])
+            found_probs.append(p[keep])
+            running = j < self.lengths[b[alive]]
+            if max_length is not None:
+                running &= k + 1 < max_length
+            if not running.any():
+                break
+            message, alive, j = message[:, running], alive[running], j[running]
+            message = _log_matmul(message, continues) + shift + self.unary[:, b[alive], j]  # the chunk covers j
+            if min_prob > 0:
+                run_on = _logsumexp(message + self.log_beta[:, b[alive], j], axis=-1) - self.log_z[:, b[alive]]
+                going = np.exp(self._mix(run_on)) >= min_prob
+                message, alive = message[:, going], alive[going]
+            k += 1
+        return np.concatenate(found_queries), np.concatenate(found_probs)
+
+
+def span_queries(scheme: SpanScheme, spans_per_sentence: Sequence[Sequence[tuple[str, int, int]]]) -> np.ndarray:
+    """Queries `[Q, 4]` (sentence, type id, start, end) of (type, start, end) spans per sentence."""
+    rows = [(b, scheme.type_index(kind), start, end)
+            for b, found in enumerate(spans_per_sentence) for kind, start, end in found]
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def product_span_probs(confidences: Sequence[float], spans_found: Sequence[tuple[str, int, int]]) -> list[float]:
+    """Π_t p(y_t = label_t | X) over each span's tokens: the product of the token marginals, an
+    approximation that ignores the correlation of neighbouring labels (kept for comparison)."""
+    out = []
+    for _, start, end in spans_found:
+        out.append(float(np.prod(np.asarray(confidences[start:end], dtype=np.float64))))
+    return out
+
+
+def max_expected_f1_spans(candidates: Sequence[tuple[int, int, int, float]], expected_gold: float,
+                          iterations: int = 20) -> list[tuple[int, int, int]]:
+    """Span-F1-optimal decoding of one sentence from span marginals: the non-overlapping set of
+    candidate spans (type id, start, end, P) maximising Σ P / (n + G)·2, G = expected number of gold
+    spans, found by Dinkelbach's iteration: for a threshold λ pick the non-overlapping set
+    maximising Σ (P − λ) (weighted interval scheduling), then λ ← expected F1 / 2 of that set."""
+    items = sorted(candidates, key=lambda item: item[2])
+    ends = [item[2] for item in items]
+    previous = np.searchsorted(ends, [item[1] for item in items], side="right")  # spans ending ≤ start
+
+    def best_set(threshold: float):
+        value, take = [0.0] * (len(items) + 1), [False] * len(items)
+        for n, (_, _, _, p) in enumerate(items):
+            with_it = value[previous[n]] + p - threshold
+            take[n] = with_it > value[n]
+            value[n + 1] = with_it if take[n] else value[n]
+        chosen, n = [], len(items)
+        while n > 0:
+            if take[n - 1]:
+                chosen.append(items[n - 1])
+                n = int(previous[n - 1])
+            else:
+                n -= 1
+        return chosen[::-1]
+
+    threshold, chosen = 0.5, []
+    for _ in range(iterations):
+        chosen = best_set(threshold)
+        gain = sum(p for *_, p in chosen)
+        denominator = len(chosen) + expected_gold
+        updated = gain / denominator if denominator > 0 else 0.0  # expected F1 / 2
+        if abs(updated - threshold) < 1e-9:
+            break
+        threshold = updated
+    return [(c, start, end) for c, start, end, _ in chosen]
