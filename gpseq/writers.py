@@ -46,6 +46,28 @@ def set_tags(tokens, labels: Sequence[str], upos: dict[str, str] | None = None) 
             token.pos_ = upos[label]
 
 
+def sentence_record(sentence: Sentence, result, scheme: str | None, distributions: bool = True) -> dict:
+    """The JSON object of one tagged sentence (a line of `gpseq tag --format jsonl`, a sentence of
+    `gpseq serve`'s POST /tag): source, line, tokens, labels, confidences, distributions (per
+    token: label -> p; left out when `distributions` is false), spans [type, start,
+    end_exclusive, probability], sequence_log_prob. Probabilities rounded to 6 decimals."""
+    confidences = result.confidences
+    record = {
+        "source": sentence.source,
+        "line": sentence.line,
+        "tokens": result.tokens,
+        "labels": result.labels,
+        "confidences": [round(p, 6) for p in confidences],
+    }
+    if distributions:
+        record["distributions"] = [
+            {name: round(float(q), 6) for name, q in zip(result.label_set, row)} for row in result.probabilities
+        ]
+    record["spans"] = [[t, s, e, round(p, 6)] for t, s, e, p in span_records(result.labels, confidences, scheme)]
+    record["sequence_log_prob"] = result.sequence_log_prob
+    return record
+
+
 def _fmt(p: float) -> str:
     return f"{p:.6g}"
 
@@ -78,20 +100,7 @@ class JsonlWriter:
         self.stream = stream
 
     def write(self, sentence: Sentence, result, scheme: str | None) -> None:
-        records = span_records(result.labels, result.confidences, scheme)
-        record = {
-            "source": sentence.source,
-            "line": sentence.line,
-            "tokens": result.tokens,
-            "labels": result.labels,
-            "confidences": [round(p, 6) for p in result.confidences],
-            "distributions": [
-                {name: round(float(q), 6) for name, q in zip(result.label_set, row)} for row in result.probabilities
-            ],
-            "spans": [[t, s, e, round(p, 6)] for t, s, e, p in records],
-            "sequence_log_prob": result.sequence_log_prob,
-        }
-        self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.stream.write(json.dumps(sentence_record(sentence, result, scheme), ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         self.stream.flush()
