@@ -1,6 +1,6 @@
 """The `gpseq` command: a typer app with one module per command, each thin over the library.
 
-    gpseq train | tag | evaluate | info | corpus list | corpus fetch | version
+    gpseq train | tag | evaluate | serve | info | corpus list | corpus fetch | version
 
 `common` holds the app, exit codes, error handling and option types; `outputs` the checks and
 atomic writes of what commands write; `config` the TaggerConfig a training asks for. A new
@@ -9,7 +9,7 @@ command is one module here that decorates a function with `@app.command()` (or
 `python -m gpseq` or `python cli.py`.
 """
 
-from gpseq.cli import version, train, tag, evaluate, info, corpus  # noqa: F401  (registration order = help order)
+from gpseq.cli import version, train, tag, evaluate, serve, info, corpus  # noqa: F401  (registration order = help order)
 from gpseq.cli.common import EXIT_CODES, app, corpus_app
 
 __all__ = ["EXIT_CODES", "app", "corpus_app", "main"]

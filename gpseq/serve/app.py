@@ -1,0 +1,296 @@
+"""The FastAPI application of `gpseq serve`: endpoints, error replies, request guard, lifecycle.
+
+Every error is a JSON object {"error": "<one line>"} with a 4xx/5xx status: 400 malformed JSON or
+invalid UTF-8, 404 unknown model or path, 413 a request over a size limit, 415 not JSON, 422 a
+well-formed request the model cannot take (wrong types, empty text, unknown fields, ...),
+503 queue full or shutting down, 504 not tagged within the request timeout, 500 a bug (logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpseq import __version__
+from gpseq.errors import ConfigError, GpseqError
+from gpseq.serve.batching import MicroBatcher, QueueFull, Stopped
+from gpseq.serve.metrics import Metrics
+from gpseq.serve.models import RequestError, ServedModel
+from gpseq.serve.schemas import ErrorResponse, HealthResponse, ModelsResponse, TagRequest, TagResponse
+from gpseq.serve.settings import ServeSettings
+from gpseq.writers import sentence_record
+
+log = logging.getLogger("gpseq.serve")
+
+ENDPOINTS = ("/tag", "/models", "/health", "/metrics", "/docs", "/redoc", "/openapi.json")
+ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
+    (400, "Malformed JSON or invalid UTF-8"),
+    (404, "Unknown model"),
+    (413, "Request over a size limit (bytes, characters, sentences, tokens)"),
+    (415, "Body not JSON"),
+    (422, "Wrong types, missing or unknown fields, empty text, input the model cannot take"),
+    (503, "Queue full, or shutting down: retry later"),
+    (504, "Not tagged within the request timeout"),
+)}
+DESCRIPTION = """Calibrated sequence labelling with gpseq: labels with per-token probabilities,
+chunk spans with probabilities. POST /tag takes raw text or pre-tokenised sentences; concurrent
+requests are tagged together in batches (results as if tagged alone). Errors are
+`{"error": "<one line>"}`."""
+
+
+def error_reply(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
+
+
+def validation_message(errors: list[dict]) -> tuple[int, str]:
+    """(status, one line) for pydantic/FastAPI validation errors of the body."""
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        where = first["loc"][1] if len(first.get("loc", ())) > 1 else "?"
+        return 400, f"malformed JSON: {first.get('ctx', {}).get('error', 'decode error')} at character {where}"
+    loc = list(first.get("loc", ()))
+    if loc and loc[0] == "body":
+        loc = loc[1:]
+    if not loc and first.get("type") == "missing":
+        return 422, 'empty body: send a JSON object with "text" or "sentences"'
+    if not loc and first.get("type") in ("model_type", "model_attributes_type", "dict_type"):
+        return 422, 'body: must be a JSON object with "text" or "sentences"'
+    # keep field names and indices; drop pydantic's union-branch tags such as 'list[constrained-str]'
+    path = [str(p) for i, p in enumerate(loc) if i == 0 or isinstance(p, int)]
+    message = first.get("msg", "invalid").removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden":
+        message = "unknown field"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return 422, f"{'.'.join(path) or 'body'}: {message}{more}"
+
+
+def require_utf8(value: str, where: str) -> None:
+    """RequestError 422 for a string JSON could carry but UTF-8 cannot (an unpaired surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(422, f"{where}: unpaired surrogate {value[error.start]!r} at character {error.start}") \
+            from None
+
+
+class RequestGuard:
+    """ASGI middleware: times and counts every request (metrics); reads a body up to the byte
+    limit (413 beyond, before the application sees it), refuses bodies that are not UTF-8 JSON."""
+
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
+        self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
+        status = [500]
+
+        async def send_counted(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                body, problem = await self._read_body(scope, receive)
+                if problem is not None:
+                    if problem[0] == 499:  # the client went away: nobody to answer
+                        status[0] = 499
+                        return
+                    await error_reply(*problem)(scope, receive, send_counted)
+                    return
+                receive = _replay(body, receive)
+            await self.app(scope, receive, send_counted)
+        finally:
+            self.metrics.observe_request(endpoint, scope["method"], status[0], time.perf_counter() - started)
+
+    async def _read_body(self, scope, receive):
+        headers = dict(scope.get("headers") or [])
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if content_type and content_type != b"application/json" and not content_type.endswith(b"+json"):
+            return None, (415, f"Content-Type must be application/json, got {content_type.decode('latin-1')!r}")
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                return None, (400, "invalid Content-Length header")
+            if size > self.max_body_bytes:
+                return None, (413, f"body of {size:,} bytes; the limit is {self.max_body_bytes:,}")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None, (499, "client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None, (413, f"body over {self.max_body_bytes:,} bytes (the limit)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return None, (400, f"body is not valid UTF-8: byte 0x{body[error.start]:02x} at position {error.start}")
+        return body, None
+
+
+def _replay(body: bytes, receive):
+    """An ASGI receive that gives the body already read, then what the client sends next."""
+    given = False
+
+    async def replay():
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = None, *,
+               warm_up: bool = True) -> FastAPI:
+    """The application serving `models` (the first is the default); batch workers start with it
+    (after compiling each model's prediction once, when `warm_up`) and stop when it shuts down,
+    after finishing every queued request."""
+    settings = (settings or ServeSettings()).validate()
+    if not models:
+        raise ConfigError("no model to serve")
+    models = dict(models)
+    default = next(iter(models))
+    metrics = Metrics()
+    batchers: dict[str, MicroBatcher] = {}
+    descriptions = [served.describe(default=name == default) for name, served in models.items()]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            for name, served in models.items():
+                if warm_up:
+                    await run_in_threadpool(served.warm_up)
+                batchers[name] = MicroBatcher(
+                    served.tagger, name=name, max_batch_sentences=settings.max_batch_sentences,
+                    max_wait=settings.max_wait, max_queue=settings.max_queue,
+                    on_batch=metrics.batch_observer(name)).start()
+            log.info("serving %s", ", ".join(models))
+            yield
+        finally:  # uvicorn gets here after the in-flight requests are answered
+            for batcher in batchers.values():
+                await run_in_threadpool(batcher.stop)
+            batchers.clear()
+
+    app = FastAPI(title="gpseq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings, app.state.models, app.state.batchers, app.state.metrics = settings, models, batchers, metrics
+    app.add_middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(RequestError)
+    async def _refused(request: Request, error: RequestError):
+        return error_reply(error.status, error.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, error: RequestValidationError):
+        return error_reply(*validation_message(list(error.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException):
+        return error_reply(error.status_code, error.detail, getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, error: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_reply(500, f"internal error ({type(error).__name__}: {error})")
+
+    @app.post("/tag", response_model=TagResponse, responses=ERRORS,
+              summary="Tag raw text or pre-tokenised sentences")
+    async def tag(body: TagRequest) -> Response:
+        """Labels, per-token probabilities and chunk spans with probabilities: one object per
+        sentence, those of `gpseq tag --format jsonl` (`distributions` with full_distribution)."""
+        name = default if body.model is None else body.model
+        served = models.get(name)
+        if served is None:
+            raise RequestError(404, f"unknown model {name!r}; serving {', '.join(models)}")
+        if body.samples is not None and body.samples > settings.max_samples:
+            raise RequestError(422, f"samples: {body.samples} draws; the limit is {settings.max_samples}")
+        if body.text is not None:
+            if len(body.text) > settings.max_chars:
+                raise RequestError(413, f"text of {len(body.text):,} characters; the limit is {settings.max_chars:,}")
+            if not body.text.strip():
+                raise RequestError(422, "text: empty (nothing but whitespace)")
+            require_utf8(body.text, "text")
+            sentences = await run_in_threadpool(served.sentences_from_text, body.text, settings.max_sentences)
+            if not sentences:
+                raise RequestError(422, "text: no tokens")
+        else:
+            if len(body.sentences) > settings.max_sentences:
+                raise RequestError(413, f"{len(body.sentences):,} sentences; the limit is {settings.max_sentences:,}")
+            sentences = served.sentences_from_lists(body.sentences)
+            for s, sentence in enumerate(sentences):
+                for column in zip(*sentence.columns):
+                    require_utf8("".join(column), f"sentences[{s}]")
+        if len(sentences) > settings.max_sentences:
+            raise RequestError(413, f"text of more than {settings.max_sentences:,} sentences (the limit)")
+        n_tokens = sum(len(sentence.tokens) for sentence in sentences)
+        if n_tokens > settings.max_tokens:
+            raise RequestError(413, f"{n_tokens:,} tokens; the limit is {settings.max_tokens:,}")
+
+        batcher = batchers.get(served.name)
+        if batcher is None:
+            raise RequestError(503, "not started or shutting down")
+        options = {"samples": body.samples, "mean": True if body.mean else None}  # as `gpseq tag` passes them
+        try:
+            future = batcher.submit(sentences, options, mergeable=served.deterministic(body.mean, body.samples))
+        except (QueueFull, Stopped) as error:
+            return error_reply(503, str(error), {"Retry-After": "1"})
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(future), settings.request_timeout)
+        except asyncio.TimeoutError:
+            future.cancel()  # dropped from its batch if not started yet
+            raise RequestError(504, f"not tagged within {settings.request_timeout:g} s (the request timeout)") \
+                from None
+        except GpseqError as error:
+            raise RequestError(422, str(error)) from None
+        records = []
+        for sentence, result in zip(sentences, results):
+            record = sentence_record(sentence, result, served.scheme, distributions=body.full_distribution)
+            if not math.isfinite(record["sequence_log_prob"]):
+                record["sequence_log_prob"] = None
+            records.append(record)
+        return JSONResponse({"model": served.name, "n_sentences": len(records), "n_tokens": n_tokens,
+                             "sentences": records})
+
+    @app.get("/models", response_model=ModelsResponse, summary="The served models")
+    async def list_models() -> Response:
+        """Each model's labels, features, predictive, scores and the gpseq version that wrote it."""
+        return JSONResponse({"gpseq_version": __version__, "models": descriptions})
+
+    @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}},
+             summary="Liveness")
+    async def health() -> Response:
+        """200 when every model's batch worker runs (with its queue length), 503 otherwise."""
+        state = {name: {"ready": name in batchers and batchers[name].alive,
+                        "queued": batchers[name].pending if name in batchers else 0} for name in models}
+        ok = all(model["ready"] for model in state.values())
+        return JSONResponse({"status": "ok" if ok else "unavailable", "models": state}, status_code=200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus() -> Response:
+        """Requests, latency histogram, errors, sentences and tokens tagged, batches, queue."""
+        body = metrics.render({name: batcher.pending for name, batcher in batchers.items()})
+        return Response(body, media_type=metrics.content_type)
+
+    return app

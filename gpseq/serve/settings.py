@@ -1,0 +1,38 @@
+"""What a `gpseq serve` process is allowed to take on: request limits, batching, timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from gpseq.errors import ConfigError
+
+
+@dataclass
+class ServeSettings:
+    """Limits and batching of the HTTP service (`gpseq serve --help` documents each option).
+
+    A request larger than a limit is refused (413) before it is tagged; requests wait in a
+    bounded queue per model (503 when full) and are tagged in batches of at most
+    `max_batch_sentences` sentences, a batch waiting at most `max_wait` seconds for company."""
+
+    max_body_bytes: int = 1_048_576  # request body
+    max_chars: int = 100_000  # characters of raw text per request
+    max_sentences: int = 1_000  # sentences per request (given, or from raw text)
+    max_tokens: int = 25_000  # tokens per request
+    max_samples: int = 100  # Monte Carlo draws a request may ask for
+    max_batch_sentences: int = 256  # sentences of one prediction call
+    max_wait: float = 0.005  # seconds a batch waits for more requests once the queue is empty
+    max_queue: int = 128  # requests waiting for a prediction batch, per model
+    request_timeout: float = 30.0  # seconds a request may wait for its tags (then 504)
+
+    def validate(self) -> "ServeSettings":
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{item.name} must be a number, got {value!r}")
+            if item.name == "max_wait":
+                if value < 0:
+                    raise ConfigError(f"max_wait must be >= 0 seconds, got {value}")
+            elif value <= 0:
+                raise ConfigError(f"{item.name} must be > 0, got {value}")
+        return self
