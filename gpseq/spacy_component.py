@@ -297,8 +297,7 @@ class GpseqComponent:
         `<path>/model` is replaced only if it is a gpseq model directory holding nothing but what
         gpseq wrote (checked before writing and again at the replace), else `OutputError` and
         nothing is changed. The rest of `<path>` is not touched."""
-        from gpseq.corpora._atomic import apply_umask
-        from gpseq.tagger import copy_model_files, model_dir_temp, replace_model_dir
+        from gpseq.model_dir import copy_model_files, writing_model_dir
 
         path = Path(path)
         target = path / _MODEL_SUBDIR
@@ -306,13 +305,8 @@ class GpseqComponent:
             self._tagger.save(target)
             return
         source = _check_model_dir(self.model_path, self.name)
-        tmp = model_dir_temp(target)
-        try:
+        with writing_model_dir(target) as tmp:
             copy_model_files(source, tmp)
-            apply_umask(tmp)
-            replace_model_dir(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def from_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> "GpseqComponent":
         """Load the model that `to_disk` wrote (the `model` setting is not read)."""

@@ -314,13 +314,14 @@ def test_train_keeps_files_put_into_the_output_during_training(corpus, copy, tmp
 
 def test_save_rechecks_after_moving_the_old_directory_aside(model, copy, tmp_path, monkeypatch):
     """A file that appears after the last check but before the replace is not deleted either."""
-    import gpseq.tagger as tagger_module
+    import gpseq.model_dir as model_dir_module
     from gpseq.errors import OutputError
+    from gpseq.tagger import Tagger
 
-    tagger = tagger_module.Tagger.load(model)
+    tagger = Tagger.load(model)
     target = copy()
     foreign = target / "late.txt"
-    real_check = tagger_module._check_save_target
+    real_check = model_dir_module.check_save_target
     calls = []
 
     def check(directory):
@@ -329,7 +330,7 @@ def test_save_rechecks_after_moving_the_old_directory_aside(model, copy, tmp_pat
         if len(calls) == 2:  # the check inside save, immediately before the replace
             foreign.write_text("just in time\n")
 
-    monkeypatch.setattr(tagger_module, "_check_save_target", check)
+    monkeypatch.setattr(model_dir_module, "check_save_target", check)
     original = snapshot(target)
     with pytest.raises(OutputError, match="holds late.txt, which gpseq did not write"):
         tagger.save(target)
@@ -1142,23 +1143,23 @@ def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tag
     """Every batch that reaches the compiled prediction and scoring functions holds at most
     PREDICT_TOKENS padded tokens and sequences of at most max_tokens tokens, for sentences of
     thousands of tokens tagged and scored next to short ones: memory bounded by construction."""
-    import gpseq.tagger as tagger_module
+    import gpseq.prediction as prediction_module
 
     shapes = []
-    real_make_batch = tagger_module.make_batch
+    real_make_batch = prediction_module.make_batch
 
     def make_batch(data, ids, **kwargs):
         batch = real_make_batch(data, ids, **kwargs)
         shapes.append(batch["labels"].shape)  # [B, T]
         return batch
 
-    monkeypatch.setattr(tagger_module, "make_batch", make_batch)
+    monkeypatch.setattr(prediction_module, "make_batch", make_batch)
     tokens = long_sentence.tokens  # about 3,400 tokens
     default_tagger.tag([tokens, tokens[:30], tokens[:7]], max_tokens=300)
     default_tagger.gold_log_probs([long_sentence, long_sentence], max_tokens=300)
     assert len(shapes) >= 4
     assert max(T for _, T in shapes) <= 300
-    assert max(B * T for B, T in shapes) <= tagger_module.PREDICT_TOKENS
+    assert max(B * T for B, T in shapes) <= prediction_module.PREDICT_TOKENS
 
 
 def _unpunctuated_words(n_words: int, seed: int = 0) -> list[str]:

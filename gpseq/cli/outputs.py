@@ -10,9 +10,9 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from gpseq.cli.common import tagger_module
 from gpseq.corpora._atomic import atomic_target, writable_dir
 from gpseq.errors import OutputError
+from gpseq.model_dir import check_save_target
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -33,7 +33,7 @@ def check_train_outputs(output: Path, checkpoints: Path) -> None:
     files gpseq wrote, in a writable directory; the checkpoint directory must be writable."""
     if checkpoints.resolve() == output.resolve() or output.resolve() in checkpoints.resolve().parents:
         raise OutputError(checkpoints, f"the checkpoint directory must not be inside the model directory {output}")
-    tagger_module()._check_save_target(output)
+    check_save_target(output)
     if os.path.lexists(checkpoints) and not checkpoints.is_dir():
         raise OutputError(checkpoints, "exists and is not a directory (needed for checkpoints)")
     writable_dir(checkpoints, checkpoints)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from gpseq.errors import OutputError
 
@@ -36,6 +39,42 @@ def atomic_target(path: str | os.PathLike):
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def temp_dir_beside(target: str | os.PathLike) -> Path:
+    """A new empty directory `.NAME.tmp-PID-RANDOM` beside the directory `target` (mode 0o777 &
+    ~umask), to be renamed onto it by `swap_dir`; temporaries of `target` left by dead processes
+    (`.NAME.tmp-PID…`, `.NAME.old-PID…`) are deleted first."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in stale_temp_siblings(target.parent, (f".{target.name}.tmp-", f".{target.name}.old-")):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+    os.chmod(temp, 0o777 & ~current_umask())
+    return temp
+
+
+def swap_dir(written: Path, target: Path, check: Callable[[Path], None] | None = None) -> None:
+    """Rename the complete directory `written` (a sibling of `target`) onto `target`.
+
+    An existing `target` is first renamed aside (`.NAME.old-PID-RANDOM`) and `check(aside)` called:
+    if it raises, `target` is renamed back and the error propagates (nothing lost); otherwise
+    `written` takes its place and the old one is deleted. A process killed in between leaves the
+    old directory aside, where the next `temp_dir_beside(target)` removes it."""
+    old = None
+    if os.path.lexists(target):
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(target, old)
+        if check is not None:
+            try:
+                check(old)
+            except BaseException:
+                os.replace(old, target)
+                raise
+    os.replace(written, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def writable_dir(path: str | os.PathLike, what: str | os.PathLike) -> None:

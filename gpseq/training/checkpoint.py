@@ -3,7 +3,8 @@
 `directory/checkpoint/` holds `ckpt*` (a `tf.train.Checkpoint`), `state.json` (the trainer's state
 and the shape of every model variable, so that resuming with another configuration or corpus names
 what differs) and `best.npz` (the variables at the best dev score so far). A new checkpoint is
-written to `.checkpoint.tmp-PID` and renamed into place, so a killed run leaves the previous one.
+written to a temporary sibling and renamed into place (`corpora/_atomic.swap_dir`, as a model
+directory is), so a killed run leaves the previous one.
 """
 
 from __future__ import annotations
@@ -54,26 +55,19 @@ class Checkpoints:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             return
-        from gpseq.corpora._atomic import stale_temp_siblings
+        from gpseq.corpora._atomic import swap_dir, temp_dir_beside
 
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in stale_temp_siblings(self.directory, (".checkpoint.tmp-",)):
-            shutil.rmtree(stale, ignore_errors=True)
         final = self.directory / "checkpoint"
-        tmp = self.directory / f".checkpoint.tmp-{os.getpid()}"
-        old = self.directory / ".checkpoint.old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self._checkpoint.write(str(tmp / "ckpt"))
-        with open(tmp / "state.json", "w") as handle:
-            json.dump({**state, "best_values": None, "variables": variable_shapes(self.model)}, handle)
-        if best_values is not None:
-            np.savez(tmp / "best.npz", *best_values)
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        tmp = temp_dir_beside(final)
+        try:
+            self._checkpoint.write(str(tmp / "ckpt"))
+            with open(tmp / "state.json", "w") as handle:
+                json.dump({**state, "best_values": None, "variables": variable_shapes(self.model)}, handle)
+            if best_values is not None:
+                np.savez(tmp / "best.npz", *best_values)
+            swap_dir(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def restore(self) -> tuple[dict, list[np.ndarray] | None] | None:
         """Loads the last checkpoint → (state, best values), or None when there is none.

@@ -1,0 +1,99 @@
+"""`TaggerConfig`: everything needed to rebuild a tagger (features, model, training, prediction),
+saved as tagger.json's "config"; the CLI builds it, `Tagger` consumes it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from gpseq.errors import ConfigError
+from gpseq.features import FeatureConfig, get_preset
+from gpseq.structured.config import ModelConfig
+from gpseq.training.config import TrainingConfig
+
+
+@dataclass
+class TaggerConfig:
+    """Everything needed to rebuild a tagger: features, model, training, prediction."""
+
+    features: FeatureConfig = field(default_factory=lambda: get_preset("chunking"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    tag_scheme: str = "iob2"
+    predictive: str = "deterministic"  # marginals: "deterministic" (probit-scaled potentials, one
+    # forward–backward) | "mc" (average over `predict_samples` draws of f); both calibrated by T, α
+    predict_samples: int = 16  # S, Monte Carlo samples of f for the calibrated marginals
+    decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal"
+    dtype: str = "float32"
+    # a sentence longer than predict_max_tokens is tagged in windows of that many tokens, each
+    # token's results taken from a window where it has >= predict_overlap tokens of context on
+    # either side (see `Tagger.tag`): memory bounded whatever the sentence length
+    predict_max_tokens: int = 1000
+    predict_overlap: int = 50
+
+    def to_dict(self) -> dict:
+        return {
+            "features": self.features.to_dict(),
+            "model": self.model.to_dict(),
+            "training": asdict(self.training),
+            "tag_scheme": self.tag_scheme,
+            "predictive": self.predictive,
+            "predict_samples": self.predict_samples,
+            "decode": self.decode,
+            "dtype": self.dtype,
+            "predict_max_tokens": self.predict_max_tokens,
+            "predict_overlap": self.predict_overlap,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TaggerConfig":
+        data = dict(data)
+        try:
+            features = data.pop("features", None)
+            model = data.pop("model", None) or {}
+            training = data.pop("training", None) or {}
+            return cls(
+                features=FeatureConfig.from_dict(features) if features else get_preset("chunking"),
+                model=ModelConfig(**model),
+                training=TrainingConfig(**training),
+                **data,
+            )
+        except TypeError as error:
+            raise ConfigError(f"invalid tagger configuration: {error}") from None
+
+    def resolved_method(self) -> str:
+        """The training method: `training.method`, with "auto" = laplace for the weight-space
+        linear model with the exact chain likelihood, svi otherwise."""
+        if self.training.method != "auto":
+            return self.training.method
+        m = self.model
+        laplace_ok = m.kernel == "linear" and m.unary == "shallow" and m.likelihood == "exact"
+        return "laplace" if laplace_ok and self.training.strategy == "default" else "svi"
+
+    def validate(self) -> None:
+        self.model.validate()
+        if self.training.method == "laplace" and (self.model.kernel != "linear" or self.model.unary != "shallow"):
+            raise ConfigError('training.method "laplace" needs model.kernel "linear" with shallow unaries; '
+                              'use training.method "svi" for other models')
+        self.training.validate()
+        if self.decode not in ("viterbi", "max-marginal"):
+            raise ConfigError(f"decode must be viterbi or max-marginal, got {self.decode!r}")
+        if self.dtype not in ("float32", "float64"):
+            raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        if self.predictive not in ("deterministic", "mc"):
+            raise ConfigError(f"predictive must be deterministic or mc, got {self.predictive!r}")
+        if self.predict_samples < 1:
+            raise ConfigError(f"predict_samples must be >= 1, got {self.predict_samples}")
+        check_window(self.predict_max_tokens, self.predict_overlap)
+
+
+
+def check_window(max_tokens, overlap) -> None:
+    """ConfigError unless sentences can be windowed: 1 <= overlap, 2·overlap < max_tokens."""
+    for name, value in (("predict_max_tokens", max_tokens), ("predict_overlap", overlap)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if overlap < 1:
+        raise ConfigError(f"predict_overlap must be >= 1, got {overlap}")
+    if max_tokens <= 2 * overlap:
+        raise ConfigError(f"predict_max_tokens must be > 2 * predict_overlap ({2 * overlap}), got {max_tokens}")
+

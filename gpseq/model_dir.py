@@ -1,0 +1,230 @@
+"""The model directory on disk: what gpseq wrote there, what it may replace, how it is swapped in.
+
+`Tagger.save` and the spaCy component write a model directory through `writing_model_dir`: a
+temporary sibling, renamed onto the target by `replace_model_dir`, which replaces only a directory
+that is absent, empty, or holds nothing but what gpseq wrote (tagger.json's "files" manifest of
+sizes and sha256; for models written before the manifest, the files `save` wrote then).
+`Tagger.load` checks the files against that manifest (`verify_manifest`) and reads arrays.npz
+(`read_arrays`). No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import zipfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from gpseq.corpora._atomic import apply_umask, swap_dir, temp_dir_beside, writable_dir
+from gpseq.errors import ModelFormatError, OutputError
+from gpseq.model_meta import FORMAT, META_FILE, read_model_meta
+
+# What `Tagger.save` writes: the only entries an old model directory (no manifest) may hold.
+_LEGACY_MODEL_FILES = frozenset({"tagger.json", "arrays.npz", "features/featurizer.json", "features/vocabulary.npz"})
+_LEGACY_MODEL_DIRS = frozenset({"features"})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_manifest(root: Path) -> dict:
+    """{relative path: {"sha256", "size"}} of every file under `root` but tagger.json."""
+    manifest = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        name = path.relative_to(root).as_posix()
+        if name != "tagger.json":
+            manifest[name] = {"sha256": _sha256(path), "size": path.stat().st_size}
+    return manifest
+
+
+def _entries(root: Path) -> tuple[set[str], set[str], list[str]]:
+    """(regular files, directories, anything else such as symlinks) under `root`, relative POSIX paths."""
+    files, dirs, other = set(), set(), []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as scan:
+            for entry in scan:
+                name = Path(entry.path).relative_to(root).as_posix()
+                if entry.is_symlink():
+                    other.append(name)
+                elif entry.is_dir():
+                    dirs.add(name)
+                    stack.append(Path(entry.path))
+                elif entry.is_file():
+                    files.add(name)
+                else:
+                    other.append(name)
+    return files, dirs, sorted(other)
+
+
+def _foreign_content(directory: Path) -> str | None:
+    """Why `directory` may not be replaced by a model (None: it is an empty directory, or a gpseq
+    model directory holding only what gpseq wrote, unchanged)."""
+    try:
+        files, dirs, other = _entries(directory)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if not files and not dirs and not other:
+        return None
+    meta_path = directory / "tagger.json"
+    if "tagger.json" not in files:
+        return "exists and is not a gpseq model directory (no tagger.json)"
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return "is not a gpseq model directory (its tagger.json is not gpseq's)"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return "is not a gpseq model directory (its tagger.json has no gpseq-tagger format marker)"
+    manifest = meta.get("files")
+    if manifest is None:  # written before the manifest: only the files gpseq writes
+        allowed_files, allowed_dirs = _LEGACY_MODEL_FILES, _LEGACY_MODEL_DIRS
+    else:
+        if not isinstance(manifest, dict) or not all(
+                isinstance(k, str) and isinstance(v, dict) for k, v in manifest.items()):
+            return "is not a gpseq model directory (tagger.json has a malformed file manifest)"
+        allowed_files = set(manifest) | {"tagger.json"}
+        allowed_dirs = {parent.as_posix() for name in allowed_files for parent in Path(name).parents
+                        if parent != Path(".")}
+    foreign = sorted(other) + sorted((files - set(allowed_files)) | (dirs - set(allowed_dirs)))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"holds {foreign[0]}{more}, which gpseq did not write"
+    if manifest is not None:
+        for name, record in sorted(manifest.items()):
+            path = directory / name
+            if name not in files:
+                continue  # a missing file loses nothing
+            try:
+                changed = path.stat().st_size != record.get("size") or _sha256(path) != record.get("sha256")
+            except OSError:
+                changed = True
+            if changed:
+                return f"holds {name}, changed since gpseq wrote it (size or sha256 differ from tagger.json)"
+    return None
+
+
+def check_save_target(directory: str | os.PathLike) -> None:
+    """OutputError unless `Tagger.save(directory)` may write there: the parent can be written, and
+    `directory` is absent, empty, or a gpseq model directory holding only the files gpseq wrote."""
+    directory = Path(directory)
+    if os.path.lexists(directory):
+        if directory.is_symlink():
+            raise OutputError(directory, "is a symbolic link; give the model directory itself")
+        if not directory.is_dir():
+            raise OutputError(directory, "exists and is not a directory; refusing to replace it")
+        problem = _foreign_content(directory)
+        if problem is not None:
+            raise OutputError(directory, f"{problem}; refusing to replace it")
+    writable_dir(directory.absolute().parent, directory)
+
+
+def copy_model_files(source: Path, destination: Path) -> None:
+    """Copy what gpseq wrote in the model directory `source` (tagger.json and the files of its
+    manifest, checked against it; for a model without a manifest, the files `save` writes) into
+    the existing directory `destination`; anything else in `source` is left behind."""
+    meta_path = source / META_FILE
+    meta = read_model_meta(source)
+    manifest = meta.get("files")
+    if manifest is not None:
+        verify_manifest(source, meta_path, manifest)
+        names = sorted(manifest)
+    else:
+        names = sorted(name for name in _LEGACY_MODEL_FILES - {"tagger.json"} if (source / name).is_file())
+    for name in ["tagger.json", *names]:
+        (destination / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, destination / name)
+
+
+def replace_model_dir(written: Path, directory: Path) -> None:
+    """Rename the complete model directory `written` (a sibling of `directory`) onto `directory`.
+
+    `directory` is replaced only if it is absent, empty, or a gpseq model directory holding only
+    what gpseq wrote: checked now and once more after moving it aside (nothing can be added to it
+    then), so files put there at any time before are never deleted (`OutputError`, `directory`
+    left as it was)."""
+    directory = Path(directory)
+    check_save_target(directory)  # again: files may have been put there since the first check
+
+    def still_ours(aside: Path) -> None:
+        problem = _foreign_content(aside)
+        if problem is not None:
+            raise OutputError(directory, f"{problem}; refusing to replace it")
+
+    swap_dir(written, directory, check=still_ours)
+
+
+@contextmanager
+def writing_model_dir(directory: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new empty temporary sibling of `directory` (`.NAME.tmp-PID-…`) to write a model
+    directory into; on success give it the umask's permissions and `replace_model_dir` it onto
+    `directory`. `directory` is checked first (`check_save_target`); temporaries of dead saves are
+    removed; this one is removed whatever happens."""
+    directory = Path(directory)
+    check_save_target(directory)
+    tmp = temp_dir_beside(directory)
+    try:
+        yield tmp
+        apply_umask(tmp)
+        replace_model_dir(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
+    """ModelFormatError naming the first file that is missing or differs from tagger.json's manifest."""
+    if not isinstance(manifest, dict):
+        raise ModelFormatError(f"{meta_path}: malformed file manifest ('files')")
+    for name, record in sorted(manifest.items()):
+        path = directory / name
+        if not isinstance(record, dict) or ".." in Path(name).parts or Path(name).is_absolute():
+            raise ModelFormatError(f"{meta_path}: malformed file manifest entry {name!r}")
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ModelFormatError(f"{path}: missing (listed in {meta_path.name})") from None
+        except OSError as error:
+            raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+        if size != record.get("size"):
+            what = "empty file" if size == 0 else f"{size:,} bytes"
+            raise ModelFormatError(f"{path}: {what}, {meta_path.name} records {record.get('size'):,} bytes "
+                                   "(truncated or changed since gpseq wrote it)"
+                                   if isinstance(record.get("size"), int) else
+                                   f"{path}: {what}; {meta_path.name} records no valid size")
+        if _sha256(path) != record.get("sha256"):
+            raise ModelFormatError(f"{path}: sha256 does not match {meta_path.name} (changed since gpseq wrote it)")
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of arrays.npz; a missing, empty, truncated or non-npz file is a ModelFormatError."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: missing; the model directory is incomplete") from None
+    except OSError as error:
+        raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+    if size == 0:
+        raise ModelFormatError(f"{path}: empty file (0 bytes); the model directory is damaged")
+    try:
+        handle = np.load(path, allow_pickle=False)
+        if not isinstance(handle, np.lib.npyio.NpzFile):
+            raise ModelFormatError(f"{path}: not an .npz archive of arrays")
+        with handle:
+            return {name: handle[name] for name in handle.files}
+    except ModelFormatError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ModelFormatError(f"{path}: unreadable arrays, truncated or corrupt ({detail})") from None

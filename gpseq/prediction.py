@@ -1,0 +1,145 @@
+"""Batched prediction of a `StructuredGP` over sparse features, memory bounded whatever the input.
+
+`Predictor` cuts a corpus (`SequenceData`) into batches of at most PREDICT_TOKENS padded tokens,
+tags a sentence longer than `max_tokens` in overlapping windows and stitches them, and scores
+label paths (`log_probs`), a long one as a junction tree of its windows. The compiled model
+functions are those of `structured/predict.py`; `Tagger` and the spaCy component use this
+through `Tagger.predict_features` / `Tagger.gold_log_probs`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import numpy as np
+
+from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
+
+PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
+
+
+class Predictor:
+    """The compiled prediction and scoring functions of one `StructuredGP`, over token-capped batches.
+
+    `overlap`: context tokens a window keeps on either side of the tokens it is used for
+    (`sequence_windows`); `dtype`: the NumPy float type of the model's batches."""
+
+    def __init__(self, model, overlap: int, dtype=np.float32):
+        self.model, self.overlap, self.dtype = model, overlap, dtype
+        self._mean_fn = self._sample_fn = self._gold_fn = None
+
+    def predict(self, data: SequenceData, *, mean: bool, samples: int, batch_size: int, seed: int,
+                max_tokens: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Yields (sentence index array, marginals [B, T, V], paths [B, T], log p(path | X) [B]).
+
+        Batches hold at most `batch_size` sentences and PREDICT_TOKENS padded tokens (S× that
+        under Monte Carlo). A sentence longer than `max_tokens` is tagged in overlapping windows
+        of that many tokens, each token's results taken from the window where it is most central,
+        and yielded alone (see `Tagger.tag`)."""
+        numbers = itertools.count()  # one seed per compiled call
+        short = np.flatnonzero(data.lengths <= max_tokens)
+        for ids in token_batches(data.lengths[short], PREDICT_TOKENS, batch_size):
+            marg, path, logp = self._batch(data, short[ids], mean, samples, [seed, next(numbers)])
+            yield short[ids], marg, path, logp
+        for index in np.flatnonzero(data.lengths > max_tokens):
+            start, stop = data.offsets[index], data.offsets[index + 1]
+            windows = sequence_windows(int(stop - start), max_tokens, self.overlap)  # [W, 4]
+            pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
+            marg = path = None
+            for ids in token_batches(pieces.lengths, PREDICT_TOKENS, batch_size):
+                window_marg, window_path, _ = self._batch(pieces, ids, mean, samples, [seed, next(numbers)])
+                if marg is None:
+                    marg = np.empty((stop - start, window_marg.shape[-1]), dtype=window_marg.dtype)  # [T, V]
+                    path = np.empty(stop - start, dtype=window_path.dtype)  # [T]
+                for row, w in enumerate(ids):
+                    first, _, keep_start, keep_stop = windows[w]
+                    marg[keep_start:keep_stop] = window_marg[row, keep_start - first:keep_stop - first]
+                    path[keep_start:keep_stop] = window_path[row, keep_start - first:keep_stop - first]
+            labelled = SequenceData(data.rows[start:stop], np.array([0, stop - start], dtype=np.int64),
+                                    path.astype(np.int32))
+            logp = self.log_probs(labelled, mean=mean, samples=samples, batch_size=batch_size,
+                                  seed=[seed, next(numbers)], max_tokens=max_tokens)
+            yield np.array([index]), marg[None], path[None], logp
+
+    def log_probs(self, data: SequenceData, *, mean: bool, samples: int, batch_size: int, seed: list[int],
+                  max_tokens: int) -> np.ndarray:
+        """log p(labels | X) `[B]` of every labelled sequence of `data` (−inf where a label id is −1):
+        log E_q[p(y | f)] by Monte Carlo over `samples` draws, or p(y | E f) with `mean`.
+
+        A sequence longer than `max_tokens` is scored as a junction tree of its windows
+        (`sequence_windows`): Σ_w log p_w(y_w) − Σ_w log p(y of w ∩ w+1), every term the model's
+        chain on that stretch alone. Scores of the parts add up to the whole path's score exactly;
+        the windows' log-partitions stand in for the sentence's."""
+        import tensorflow as tf
+
+        lengths = data.lengths
+        token_owner = np.repeat(np.arange(len(data)), lengths)
+        unseen = np.bincount(token_owner, weights=data.label_ids < 0, minlength=len(data)) > 0
+        if (lengths > max_tokens).any():
+            owner, sign, starts, stops = [], [], [], []
+            for index, length in enumerate(lengths):
+                windows = sequence_windows(int(length), max_tokens, self.overlap)
+                shared = np.stack([windows[1:, 0], windows[:-1, 1]], axis=1)  # [W − 1, 2] w ∩ w+1
+                parts = np.concatenate([windows[:, :2], shared]) + data.offsets[index]
+                owner += [index] * len(parts)
+                sign += [1.0] * len(windows) + [-1.0] * len(shared)
+                starts.append(parts[:, 0])
+                stops.append(parts[:, 1])
+            owner, sign = np.array(owner), np.array(sign)
+            pieces = data.slices(np.concatenate(starts), np.concatenate(stops))
+        else:
+            owner, sign, pieces = np.arange(len(data)), np.ones(len(data)), data
+        out = np.zeros(len(data))
+        samples = tf.constant(samples, tf.int32)
+        fn = self._compiled_gold()
+        for number, ids in enumerate(token_batches(pieces.lengths, PREDICT_TOKENS, batch_size)):
+            raw = make_batch(pieces, ids, dtype=self.dtype)
+            raw["labels"] = np.maximum(raw["labels"], 0)  # unseen labels: −inf below, whatever this scores
+            batch = {k: tf.convert_to_tensor(v) for k, v in raw.items()}
+            logp = fn(batch, samples, tf.constant([seed[0], seed[1] + number], tf.int32), tf.constant(mean)).numpy()
+            np.add.at(out, owner[ids], sign[ids] * logp)
+        out = np.minimum(out, 0.0)  # log-probabilities; the windows' sum can round (or approximate) above 0
+        out[unseen] = -np.inf
+        return out
+
+    def _batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int]):
+        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B]) of the sentences `ids` of `data`."""
+        import tensorflow as tf
+
+        fn = self._compiled(mean)
+        batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}
+        if mean:
+            marg, path, logp = fn(batch)
+        else:
+            marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
+        return marg.numpy(), path.numpy(), logp.numpy()
+
+    def _compiled(self, mean: bool):
+        import tensorflow as tf
+
+        from gpseq.structured import predict
+
+        model = self.model
+        if mean and self._mean_fn is None:
+            self._mean_fn = tf.function(lambda batch: predict.predict_deterministic(model, batch),
+                                        input_signature=[batch_signature(model.dtype)])
+        if not mean and self._sample_fn is None:
+            self._sample_fn = tf.function(
+                lambda batch, num_samples, seed: predict.predict_monte_carlo(model, batch, num_samples, seed),
+                input_signature=[batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32)],
+            )
+        return self._mean_fn if mean else self._sample_fn
+
+    def _compiled_gold(self):
+        import tensorflow as tf
+
+        from gpseq.structured import predict
+
+        if self._gold_fn is None:
+            model = self.model
+            signature = [batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32),
+                         tf.TensorSpec([], tf.bool)]
+            self._gold_fn = tf.function(lambda batch, num_samples, seed, mean: predict.gold_log_prob(
+                model, batch, num_samples, seed, mean), input_signature=signature)
+        return self._gold_fn
