@@ -107,3 +107,28 @@ def gold_log_prob(model, batch, num_samples: int, seed, deterministic):
         return mc_log_prob(batch["labels"], unary, pairwise, batch["lengths"], model.mixture_weights())
 
     return tf.cond(deterministic, deterministic_mode, monte_carlo_mode)
+
+
+def predict_with_chains(model, batch, num_samples, seed, deterministic: bool):
+    """`predict_deterministic` (or `predict_monte_carlo`) and the predictive's chains, for exact span,
+    path and n-best probabilities (`gpseq.structured.spans.ChainPosterior`): (marginals `[B, T, V]`,
+    path `[B, T]`, log p(path) `[B]`, unary `[R, B, T, V]`, pairwise `[R, V, V]`, weights `[R]`);
+    R = 1 (the probit-scaled potentials) when `deterministic`, else R = K·S calibrated draws,
+    weight π_k / S."""
+    if deterministic:
+        moments = model.unaries.moments(batch)
+        unary, pairwise = predictive_potentials(model, batch, moments)
+        marg, log_z = chain.unary_marginals(unary, pairwise, batch["lengths"], return_log_partition=True)
+        path, _ = chain.viterbi(moments[0], model.pairwise.mean, batch["lengths"])
+        logp = tf.minimum(chain.sequence_score(path, unary, pairwise, batch["lengths"]) - log_z, 0.0)
+        return marg, path, logp, unary[None], pairwise[None], tf.ones([1], unary.dtype)
+    marg, unary, pairwise, log_z = monte_carlo_marginals(model, batch, num_samples, seed)
+    path, _ = chain.viterbi(*mean_potentials(model, batch), batch["lengths"])
+    weights = model.mixture_weights()
+    logp = mc_log_prob(path, unary, pairwise, batch["lengths"], weights, log_z)
+    K, S = tf.shape(unary)[0], tf.shape(unary)[1]
+    flat_unary = tf.reshape(unary, tf.concat([[K * S], tf.shape(unary)[2:]], 0))  # [K·S, B, T, V]
+    flat_pairwise = tf.reshape(tf.tile(pairwise[None, :, 0], [K, 1, 1, 1]), [K * S, tf.shape(pairwise)[-2],
+                                                                            tf.shape(pairwise)[-1]])
+    flat_weights = tf.reshape(tf.repeat(weights[:, None], S, axis=1), [-1]) / tf.cast(S, weights.dtype)
+    return marg, path, logp, flat_unary, flat_pairwise, flat_weights
