@@ -129,9 +129,9 @@ def main() -> None:
 
     # loading spaCy's English language data happens once per process: timed on its own
     start = time.perf_counter()
-    from gpseq.features.featurizer import _blank_vocab
+    from gpseq.features.values import blank_vocab
 
-    _blank_vocab(config.lang)
+    blank_vocab(config.lang)
     spacy_load_s = time.perf_counter() - start
 
     # fit (vocabulary) + transform of the training set by a fresh featurizer: every word type's

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpseq import __version__
 from gpseq.errors import ModelFormatError
+from gpseq.saved_format import read_format_json
 
 META_FILE = "tagger.json"
 FORMAT = "gpseq-tagger"
@@ -24,29 +24,12 @@ FORMAT_VERSION = 1
 def read_model_meta(directory: str | os.PathLike) -> dict:
     """tagger.json of a model directory, checked: present, non-empty, JSON, gpseq's format marker,
     a format version this gpseq reads. Anything else is a one-line ModelFormatError naming the file."""
-    import json
-
     directory = Path(directory)
     meta_path = directory / META_FILE
     if not meta_path.is_file():
         raise ModelFormatError(f"{directory}: not a gpseq model directory (no {META_FILE})")
-    try:
-        with open(meta_path, "rb") as handle:
-            raw = handle.read()
-        if not raw.strip():
-            raise ModelFormatError(f"{meta_path}: empty file ({len(raw)} bytes); the model directory is damaged")
-        meta = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError) as error:  # ValueError: JSON and UTF-8 decoding
-        raise ModelFormatError(f"{meta_path}: unreadable model metadata ({error})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ModelFormatError(f"{meta_path}: not a gpseq tagger model")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ModelFormatError(
-            f"{meta_path}: model format version {version} is newer than this gpseq "
-            f"({__version__}) reads (<= {FORMAT_VERSION}); upgrade gpseq"
-        )
-    return meta
+    return read_format_json(meta_path, marker=FORMAT, version_key="format_version", max_version=FORMAT_VERSION,
+                            kind="tagger model")
 
 
 def n_parameters(meta: dict) -> int:

@@ -2,9 +2,11 @@
 conjunctions and CRF++ templates → sparse CSR rows, and their padded in-graph form."""
 
 from gpseq.features.config import FeatureConfig, get_preset, list_presets
-from gpseq.features.featurizer import FORMAT_VERSION, FeatureMatrix, Featurizer
+from gpseq.features.featurizer import Featurizer
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, char_class
+from gpseq.features.matrix import FeatureMatrix
 from gpseq.features.padded import PAD_ID, PaddedRows, csr_from_padded, padded_from_csr
+from gpseq.features.saved import FORMAT_VERSION
 from gpseq.features.templates import FeatureTemplate, parse_crfpp_template
 
 __all__ = [

@@ -12,150 +12,22 @@ template, so the active columns of a row come out sorted without a sort.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import zipfile
-import zlib
-from dataclasses import dataclass
-from itertools import chain, repeat
-from pathlib import Path
-
 import numpy as np
 import scipy.sparse as sp
 
-from gpseq.corpora._atomic import write_bytes_atomic
-from gpseq.errors import ConfigError, InputFormatError, ModelFormatError
+from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.features.config import FeatureConfig
-from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical
-from gpseq.features.padded import PAD_ID, ranges
-from gpseq.features.templates import FeatureTemplate, boundary_string, source_name
+from gpseq.features.matrix import FeatureMatrix
+from gpseq.features.padded import PAD_ID
+from gpseq.features.saved import (FORMAT_NAME, FORMAT_VERSION, read_featurizer_json, read_vocabulary,
+                                  write_featurizer)
+from gpseq.features.templates import FeatureTemplate
+from gpseq.features.values import TokenValues, ValueSpace, stable_hash
 
-FORMAT_NAME = "gpseq.features"
-FORMAT_VERSION = 1
+__all__ = ["FORMAT_VERSION", "FeatureMatrix", "Featurizer"]
+
 _DENSE_TABLE_MAX = 1 << 20  # templates whose key space is at most this use a direct lookup table
-_TYPE_CACHE_MAX = 2_000_000  # word types cached before the cache is reset
 _KEY_LIMIT = 1 << 62
-
-
-@dataclass
-class FeatureMatrix:
-    """Feature rows of a batch of sentences: CSR `rows [N_tokens, D]`, `offsets [B+1]` (int64).
-
-    Sentence b is rows `offsets[b]:offsets[b+1]`.
-    """
-
-    rows: sp.csr_matrix
-    offsets: np.ndarray
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Sentence lengths `[B]` (int64)."""
-        return np.diff(self.offsets)
-
-    @property
-    def n_features(self) -> int:
-        return self.rows.shape[1]
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def sentence(self, b: int) -> sp.csr_matrix:
-        """The rows `[T_b, D]` of sentence b."""
-        return self.rows[int(self.offsets[b]) : int(self.offsets[b + 1])]
-
-    def padded_batch(self, sentence_ids, width: int | None = None):
-        """Sentences `sentence_ids` as padded tensors, vectorised (no loop over tokens or sentences).
-
-        Returns `(indices [B, T, F] int32, values [B, T, F], lengths [B] int32)`, T = longest
-        sentence, F = `width` or the largest row nnz (at least 1); padding has index PAD_ID = 0
-        and value 0.
-        """
-        sentence_ids = np.asarray(sentence_ids, dtype=np.int64).reshape(-1)
-        starts, stops = self.offsets[sentence_ids], self.offsets[sentence_ids + 1]
-        lengths = (stops - starts).astype(np.int32)
-        n_seq = len(sentence_ids)
-        time = int(lengths.max()) if n_seq else 0
-        token_ids = ranges(starts, stops)
-        indptr = self.rows.indptr
-        row_nnz = (indptr[token_ids + 1] - indptr[token_ids]).astype(np.int64)
-        needed = int(row_nnz.max()) if row_nnz.size else 0
-        if width is None:
-            width = max(1, needed)
-        elif width < needed:
-            raise ValueError(f"width {width} < largest row nnz {needed}")
-        indices = np.full((n_seq, time, width), PAD_ID, dtype=np.int32)
-        values = np.zeros((n_seq, time, width), dtype=self.rows.dtype)
-        seq_of = np.repeat(np.arange(n_seq), lengths)
-        pos = np.arange(len(token_ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        element = ranges(indptr[token_ids], indptr[token_ids + 1])
-        element_token = np.repeat(np.arange(len(token_ids)), row_nnz)
-        slot = np.arange(len(element)) - np.repeat(np.cumsum(row_nnz) - row_nnz, row_nnz)
-        indices[seq_of[element_token], pos[element_token], slot] = self.rows.indices[element]
-        values[seq_of[element_token], pos[element_token], slot] = self.rows.data[element]
-        return indices, values, lengths
-
-
-class _ValueSpace:
-    """Value strings of one source ↔ integer ids; ids 0..n_boundary-1 are the boundary values."""
-
-    def __init__(self, n_boundary: int, strings=(), frozen: bool = False):
-        self.n_boundary = n_boundary
-        self.strings: list[str] = list(strings)
-        self.index = {s: i + n_boundary for i, s in enumerate(self.strings)}
-        self.frozen = frozen
-        self._hashes = np.zeros(0, dtype=np.uint64)
-
-    @property
-    def radix(self) -> int:
-        return self.n_boundary + len(self.strings)
-
-    def id(self, value: str) -> int:
-        """Id of `value`; a new id when not frozen, -1 for an unseen value when frozen."""
-        found = self.index.get(value)
-        if found is not None:
-            return found
-        if self.frozen:
-            return -1
-        new = self.radix
-        self.index[value] = new
-        self.strings.append(value)
-        return new
-
-    def ids(self, values: list[str]) -> np.ndarray:
-        """Ids `[N]` (int64) of a list of value strings."""
-        found = np.fromiter(map(self.index.get, values, repeat(-1)), dtype=np.int64, count=len(values))
-        if not self.frozen:
-            for i in np.flatnonzero(found < 0):
-                found[i] = self.id(values[i])
-        return found
-
-    def string(self, value_id: int, crfpp: bool) -> str:
-        half = self.n_boundary // 2
-        if value_id < half:
-            return boundary_string(value_id + 1, True, crfpp)
-        if value_id < self.n_boundary:
-            return boundary_string(value_id - half + 1, False, crfpp)
-        return self.strings[value_id - self.n_boundary]
-
-    def hashes(self) -> np.ndarray:
-        """Stable 64-bit hash of every value id `[radix]` (uint64), for the hashing trick."""
-        if len(self._hashes) < self.radix:
-            half = self.n_boundary // 2
-            new = []
-            for value_id in range(len(self._hashes), self.radix):
-                if value_id < self.n_boundary:
-                    text = f"\x00BOS{value_id + 1}" if value_id < half else f"\x00EOS{value_id - half + 1}"
-                else:
-                    text = self.strings[value_id - self.n_boundary]
-                new.append(_stable_hash(text))
-            self._hashes = np.concatenate([self._hashes, np.array(new, dtype=np.uint64)])
-        return self._hashes
-
-
-def _stable_hash(text: str) -> int:
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
 
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -212,10 +84,14 @@ class Featurizer:
         self._templates: list[FeatureTemplate] = config.templates()
         self._sources: list = config.sources()
         self._max_offset = max((abs(o) for t in self._templates for _, o in t.parts), default=0)
-        self._nlp = nlp
+        self._values = TokenValues(config, self._sources, 2 * self._max_offset, nlp)
         self._tables: list[_Table] | None = None
         self._n_features: int | None = config.hashing_dim
-        self._reset_spaces(frozen=False)
+
+    @property
+    def _spaces(self) -> dict:
+        """source → ValueSpace (owned by the token values)."""
+        return self._values.spaces
 
     # ------------------------------------------------------------------ public API
     @property
@@ -241,23 +117,23 @@ class Featurizer:
         """Build the vocabulary on training `sentences` (min_count, max_features); returns self."""
         if self.hashing:
             return self
-        self._reset_spaces(frozen=False)
-        lengths, values = self._values_from_sentences(list(sentences))
+        self._values.reset(frozen=False)
+        lengths, values = self._values.of_sentences(list(sentences))
         return self._fit_values(lengths, values)
 
     def fit_docs(self, docs) -> "Featurizer":
         """`fit` for spaCy Docs (attributes read from the Docs, as `transform_docs`)."""
         if self.hashing:
             return self
-        self._reset_spaces(frozen=False)
-        lengths, values = self._values_from_docs(list(docs))
+        self._values.reset(frozen=False)
+        lengths, values = self._values.of_docs(list(docs))
         return self._fit_values(lengths, values)
 
     def transform(self, sentences) -> FeatureMatrix:
         """Feature rows of `sentences` (`Sentence` objects) → FeatureMatrix `[N_tokens, D]`."""
         self._check_fitted()
-        self._maybe_reset_type_cache()
-        lengths, values = self._values_from_sentences(list(sentences))
+        self._values.bound_caches(self.hashing)
+        lengths, values = self._values.of_sentences(list(sentences))
         return self._vectorise(lengths, values)
 
     def fit_transform(self, sentences) -> FeatureMatrix:
@@ -267,8 +143,8 @@ class Featurizer:
     def transform_docs(self, docs) -> FeatureMatrix:
         """Feature rows of spaCy Docs: pipeline attributes and mapped columns read from the tokens."""
         self._check_fitted()
-        self._maybe_reset_type_cache()
-        lengths, values = self._values_from_docs(list(docs))
+        self._values.bound_caches(self.hashing)
+        lengths, values = self._values.of_docs(list(docs))
         return self._vectorise(lengths, values)
 
     def feature_names(self) -> list[str]:
@@ -316,42 +192,21 @@ class Featurizer:
 
     def save(self, directory) -> None:
         """Write `featurizer.json` (+ `vocabulary.npz`) into `directory`, each file atomically."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        data = self.to_dict()
+        arrays = None
         if not self.hashing:
             arrays = {}
             for i, table in enumerate(self._tables):
                 arrays[f"keys_{i}"] = table.keys
                 arrays[f"columns_{i}"] = table.columns
-            buffer = io.BytesIO()
-            np.savez(buffer, **arrays)
-            payload = buffer.getvalue()
-            data["vocabulary_sha256"] = hashlib.sha256(payload).hexdigest()
-            write_bytes_atomic(directory / "vocabulary.npz", payload)
-        write_bytes_atomic(directory / "featurizer.json", json.dumps(data, ensure_ascii=False).encode("utf-8"))
+        write_featurizer(directory, self.to_dict(), arrays)
 
     @classmethod
     def load(cls, directory, nlp=None) -> "Featurizer":
         """Read a featurizer written by `save`; a missing, corrupt or newer one → ModelFormatError."""
-        directory = Path(directory)
-        meta_path = directory / "featurizer.json"
-        try:
-            data = json.loads(meta_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelFormatError(f"{meta_path}: no saved featurizer") from None
-        except (OSError, ValueError) as err:
-            raise ModelFormatError(f"{meta_path}: unreadable ({err})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise ModelFormatError(f"{meta_path}: not a gpseq featurizer")
-        version = data.get("version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ModelFormatError(
-                f"{meta_path}: format version {version!r} is newer than this gpseq ({FORMAT_VERSION})"
-            )
+        meta_path, data = read_featurizer_json(directory)
         try:
             config = FeatureConfig.from_dict(data["config"])
-        except ConfigError as err:
+        except (ConfigError, KeyError, TypeError) as err:
             raise ModelFormatError(f"{meta_path}: bad feature configuration: {err}") from None
         featurizer = cls(config, nlp=nlp)
         names = [t.name for t in featurizer._templates]
@@ -361,157 +216,22 @@ class Featurizer:
             raise ModelFormatError(f"{meta_path}: max_offset does not match the configuration")
         if featurizer.hashing:
             return featurizer
-        npz_path = directory / "vocabulary.npz"
-        try:
-            payload = npz_path.read_bytes()
-        except OSError as err:
-            raise ModelFormatError(f"{npz_path}: unreadable ({err})") from None
-        if hashlib.sha256(payload).hexdigest() != data.get("vocabulary_sha256"):
-            raise ModelFormatError(f"{npz_path}: does not match featurizer.json (checksum)")
+        arrays = read_vocabulary(directory, data)
         values = data.get("values")
         if not isinstance(values, list) or len(values) != len(featurizer._sources):
             raise ModelFormatError(f"{meta_path}: bad value lists")
         n_boundary = 2 * featurizer._max_offset
-        featurizer._spaces = {
-            source: _ValueSpace(n_boundary, strings, frozen=True)
-            for source, strings in zip(featurizer._sources, values)
-        }
-        try:
-            with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-                tables = []
-                for i, template in enumerate(featurizer._templates):
-                    key_space = featurizer._key_space(template)
-                    tables.append(_Table(arrays[f"keys_{i}"], arrays[f"columns_{i}"], key_space))
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
-            # ValueError includes an object array (a pickle), which is never unpickled
-            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ModelFormatError(f"{npz_path}: unreadable vocabulary arrays, truncated or corrupt ({detail})") from None
+        featurizer._values.use_spaces({source: ValueSpace(n_boundary, strings, frozen=True)
+                                       for source, strings in zip(featurizer._sources, values)})
+        tables = []
+        for i, template in enumerate(featurizer._templates):
+            keys, columns = arrays.get(f"keys_{i}"), arrays.get(f"columns_{i}")
+            if keys is None or columns is None:
+                raise ModelFormatError(f"{meta_path}: vocabulary.npz lacks the table of template {template.name!r}")
+            tables.append(_Table(keys, columns, featurizer._key_space(template)))
         featurizer._tables = tables
         featurizer._n_features = int(data["n_features"])
         return featurizer
-
-    # ------------------------------------------------------------------ value extraction
-    def _reset_spaces(self, frozen: bool) -> None:
-        n_boundary = 2 * self._max_offset
-        self._spaces = {s: _ValueSpace(n_boundary, frozen=frozen) for s in self._sources}
-        self._lexical_sources = [s for s in self._sources if is_lexical(s)]
-        self._lexical_functions = [LEXICAL_ATTRIBUTES[s] for s in self._lexical_sources]
-        self._type_index: dict[str, int] = {}
-        self._type_values = np.zeros((1024, len(self._lexical_sources)), dtype=np.int64)
-
-    def _maybe_reset_type_cache(self) -> None:
-        """Bound the caches of a long-running tagger (they only speed up repeated values)."""
-        if self.hashing and sum(space.radix for space in self._spaces.values()) > _TYPE_CACHE_MAX:
-            self._reset_spaces(frozen=False)  # hashing needs no stable ids: start afresh
-        elif len(self._type_index) > _TYPE_CACHE_MAX:
-            self._type_index = {}
-
-    def _vocab(self):
-        return _blank_vocab(self.config.lang)
-
-    def _pipeline(self):
-        if self._nlp is None:
-            if self.config.pipeline is None:
-                raise ConfigError(
-                    "features use spaCy token attributes "
-                    f"{[s for s in self._sources if isinstance(s, str) and not is_lexical(s)]} "
-                    "but features.pipeline is not set (or use transform_docs on processed Docs)"
-                )
-            import spacy
-
-            try:
-                self._nlp = spacy.load(self.config.pipeline)
-            except OSError as err:
-                raise ConfigError(f"cannot load spaCy pipeline {self.config.pipeline!r}: {err}") from None
-        return self._nlp
-
-    def _type_ids(self, words: list[str]) -> np.ndarray:
-        """Word-type id of every word `[N]`, adding (and computing lexical values of) new types."""
-        index = self._type_index
-        ids = np.fromiter(map(index.get, words, repeat(-1)), dtype=np.int64, count=len(words))
-        missing = np.flatnonzero(ids < 0)
-        if missing.size:
-            new_words = list(dict.fromkeys(words[i] for i in missing))
-            first = len(index)
-            needed = first + len(new_words)
-            if needed > len(self._type_values):
-                size = max(needed, 2 * len(self._type_values))
-                grown = np.zeros((size, self._type_values.shape[1]), dtype=np.int64)
-                grown[:first] = self._type_values[:first]
-                self._type_values = grown
-            vocab = self._vocab()
-            lexemes = [vocab[word] for word in new_words]
-            for j, (source, fn) in enumerate(zip(self._lexical_sources, self._lexical_functions)):
-                strings = [fn(lexeme, word) for lexeme, word in zip(lexemes, new_words)]
-                self._type_values[first:needed, j] = self._spaces[source].ids(strings)
-            index.update(zip(new_words, range(first, needed)))
-            ids[missing] = np.fromiter(map(index.__getitem__, (words[i] for i in missing)), dtype=np.int64,
-                                       count=len(missing))
-        return ids
-
-    def _lexical_values(self, words: list[str], values: dict) -> None:
-        if not self._lexical_sources:
-            return
-        type_ids = self._type_ids(words)  # may grow self._type_values: index after
-        type_values = self._type_values[type_ids]
-        for j, source in enumerate(self._lexical_sources):
-            values[source] = type_values[:, j]
-
-    def _values_from_sentences(self, sentences: list) -> tuple[np.ndarray, dict]:
-        """Sentence lengths `[B]` and value ids `[N]` of every source."""
-        lengths = np.fromiter((len(s.tokens) for s in sentences), dtype=np.int64, count=len(sentences))
-        values: dict = {}
-        words = list(chain.from_iterable(s.tokens for s in sentences))
-        self._lexical_values(words, values)
-        column_sources = [s for s in self._sources if isinstance(s, int)]
-        if column_sources:
-            for s in sentences:
-                if len(s.columns) != len(s.tokens):
-                    raise InputFormatError(s.source or "<sentences>", s.line,
-                                           f"{len(s.tokens)} tokens but {len(s.columns)} column rows")
-            rows = list(chain.from_iterable(s.columns for s in sentences))
-            for source in column_sources:
-                try:
-                    strings = [row[source] for row in rows]
-                except IndexError:
-                    raise _missing_column(sentences, source) from None
-                values[source] = self._spaces[source].ids(strings)
-        token_sources = [s for s in self._sources if isinstance(s, str) and not is_lexical(s)]
-        if token_sources:
-            from spacy.tokens import Doc
-
-            nlp = self._pipeline()
-            docs = list(nlp.pipe(Doc(nlp.vocab, words=list(s.tokens)) for s in sentences))
-            tokens = list(chain.from_iterable(docs))
-            for source in token_sources:
-                values[source] = self._spaces[source].ids(_token_strings(tokens, source))
-        return lengths, values
-
-    def _values_from_docs(self, docs: list) -> tuple[np.ndarray, dict]:
-        lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
-        tokens = list(chain.from_iterable(docs))
-        words = [t.text for t in tokens]
-        values: dict = {}
-        self._lexical_values(words, values)
-        for source in self._sources:
-            if is_lexical(source):
-                continue
-            if isinstance(source, int):
-                attribute = self.config.column_attributes.get(source, "word" if source == 0 else None)
-                if attribute is None:
-                    raise ConfigError(
-                        f"feature column {source} has no token attribute for spaCy Docs: "
-                        f"set features.column_attributes, e.g. {{{source}: 'tag_'}}"
-                    )
-            else:
-                attribute = source
-            if is_lexical(attribute):
-                fn, vocab = LEXICAL_ATTRIBUTES[attribute], self._vocab()
-                strings = [fn(vocab[w], w) for w in words]
-            else:
-                strings = _token_strings(tokens, attribute)
-            values[source] = self._spaces[source].ids(strings)
-        return lengths, values
 
     # ------------------------------------------------------------------ keys and vocabulary
     def _key_space(self, template: FeatureTemplate) -> int:
@@ -610,8 +330,8 @@ class Featurizer:
             table[:n_boundary] = np.arange(n_boundary)
             table[real] = n_boundary + np.arange(len(real))
             remap[source] = table
-            spaces[source] = _ValueSpace(n_boundary, [old.strings[i - n_boundary] for i in real], frozen=True)
-        self._spaces = spaces
+            spaces[source] = ValueSpace(n_boundary, [old.strings[i - n_boundary] for i in real], frozen=True)
+        self._values.use_spaces(spaces)  # lexical value ids change with the new spaces
         tables, next_column = [], PAD_ID + 1
         for template, parts, kept in zip(self._templates, kept_parts, kept_keys):
             key = np.zeros(len(kept), dtype=np.int64)
@@ -623,7 +343,6 @@ class Featurizer:
             tables.append(_Table(key, columns, self._key_space(template)))
         self._tables = tables
         self._n_features = next_column
-        self._type_index = {}  # lexical value ids changed with the new spaces
         return self
 
     # ------------------------------------------------------------------ vectorisation
@@ -638,7 +357,7 @@ class Featurizer:
         if self.hashing:
             modulus = np.uint64(self.config.hashing_dim - 1)
             for j, template in enumerate(self._templates):
-                h = np.full(n, _stable_hash(template.name), dtype=np.uint64)
+                h = np.full(n, stable_hash(template.name), dtype=np.uint64)
                 for source, offset in template.parts:
                     ids = self._shifted(values, source, offset, geometry, cache)
                     h = _mix(h ^ self._spaces[source].hashes()[ids])
@@ -668,38 +387,3 @@ class Featurizer:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return FeatureMatrix(rows, offsets)
-
-
-_BLANK_VOCABS: dict = {}
-
-
-def _blank_vocab(lang: str):
-    """The Vocab of `spacy.blank(lang)`, shared by all featurizers (lexical attributes only)."""
-    if lang not in _BLANK_VOCABS:
-        import spacy
-
-        try:
-            _BLANK_VOCABS[lang] = spacy.blank(lang).vocab
-        except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
-            raise ConfigError(f"features.lang {lang!r}: no spaCy language ({err})") from None
-    return _BLANK_VOCABS[lang]
-
-
-def _token_strings(tokens: list, attribute: str) -> list[str]:
-    """String value of a spaCy Token attribute (or `_.extension`) for each token."""
-    if attribute.startswith("_."):
-        name = attribute[2:]
-        return [str(t._.get(name)) for t in tokens]
-    return [str(getattr(t, attribute)) for t in tokens]
-
-
-def _missing_column(sentences: list, column: int) -> InputFormatError:
-    for s in sentences:
-        for t, row in enumerate(s.columns):
-            if len(row) <= column:
-                line = None if s.line is None else s.line + t
-                return InputFormatError(
-                    s.source or "<sentences>", line,
-                    f"token {row[0] if row else ''!r} has {len(row)} columns; feature column {column} needed",
-                )
-    return InputFormatError("<sentences>", None, f"feature column {column} missing")
