@@ -1,6 +1,6 @@
 """The shared sparse-GP core: kernels (dense and padded sparse inputs), the weight-space linear GP,
 K-means inducing inputs, variational q(u) (mixtures), conditionals (seed eqs. 15–18), likelihoods,
-SVGP / SGPR / FITC, natural gradients and deep GPs. Train them with `gpseq.training.trainer.Trainer`."""
+SVGP / SGPR / FITC, natural gradients, deep GPs and GPNet (inference networks). Train them with `gpseq.training.trainer.Trainer`."""
 
 from gpseq.gp.conditionals import conditional_blocks, conditional_marginals, mixture_blocks, mixture_marginals
 from gpseq.gp.inducing import kmeans_inducing
@@ -17,6 +17,12 @@ __all__ = [
     "SGPR", "SVGP", "Softmax", "Sum", "VariationalGaussian", "WeightSpaceLinear", "conditional_blocks",
     "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "safe_cholesky",
 ]
+
+# GPNet: an inference network trained by stochastic functional mirror descent, and random features
+from gpseq.gp.gpnet import GPNet  # noqa: E402
+from gpseq.gp.random_features import RandomFeatures  # noqa: E402
+
+__all__ += ["GPNet", "RandomFeatures"]
 
 # deep GPs (DSVI and the nested variational compression bound) and psi statistics
 from gpseq.gp.deep import DeepGP, GPLayer, build_deep_gp  # noqa: E402

@@ -1,0 +1,408 @@
+"""GPNet: an inference network for a GP posterior, trained by stochastic functional mirror descent
+(Shi, Khan & Zhu, `seeds/inference-networks-gp.md`).
+
+The posterior process is a network, not a sparse inducing-point posterior (seed, "Examples of
+inference networks"):
+
+    q_γ(f):  f_p(x) = w_pᵀφ(x) + ξ_θ(x)_p,   w_p ~ N(m_p, V_p),   p = 1..P latent functions,
+
+φ a `RandomFeatures` map (random Fourier features of the RBF kernel, or the exact linear one),
+V_p full (`q_sqrt [P, F, F]`, lower triangular, the default: the exact weight-space posterior of
+Bayesian linear regression, (ΦᵀΦ/σ² + I)⁻¹, is a full matrix) or diagonal (`full_cov=False`,
+O(F) per point instead of O(F²), for many features), and ξ_θ an optional one-hidden-layer tanh MLP
+(`residual_hidden` units) that adds to the mean only. At any inputs X, q_γ(f_X) is Gaussian:
+mean Φ m + ξ(X), covariance Φ V Φᵀ (+ jitter).
+
+Step t (seed Algorithm 1) samples a minibatch (X_b, y_b) of B points and M measurement points X_M
+from c(x) = a training input plus a spread (`spread`: gaussian / uniform / none, scaled by
+`spread_scale` × the prior kernel's lengthscales; the reference code uses N(0, ℓ²/2)), with
+
+    β_t = β₀ / (1 + decay · √(t − 1))                                  (the reference's schedule)
+
+and the target of the functional mirror-descent step,
+
+    q̂_{t+1}(f) ∝ p(y_b | f_b)^{Nβ_t/B} p(f)^{β_t} q_{γ_t}(f)^{1−β_t}.
+
+- **Gaussian likelihood** (seed eq. 10): on X = [X_b; X_M], p(f_X)^β q_t(f_X)^{1−β} = N(m̃, K̃) with
+  K̃⁻¹ = β K⁻¹ + (1 − β) Σ_t⁻¹ and K̃⁻¹ m̃ = (1 − β) Σ_t⁻¹ μ_t, computed without inverting the
+  (low-rank) Σ_t: with S = β Σ_t + (1 − β) K,
+      m̃ = (1 − β) K S⁻¹ μ_t,   K̃ = (K − (1 − β) K S⁻¹ K) / β = (Σ_t − β Σ_t S⁻¹ Σ_t) / (1 − β)
+  (the first form for β ≥ ½, the second below: the divisor stays ≥ ½; at β = 1, K̃ = K exactly).
+  Then GP regression of y_b with noise σ² B / (N β) gives q̂_{t+1}(f_M) in closed form, and γ takes
+  one optimiser step on KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)]. With β = 1 and the whole data as the batch,
+  q̂_{t+1}(f_M) is the exact GP posterior at X_M.
+- **Other likelihoods** (Bernoulli, Softmax): the seed's surrogate over X = [X_b; X_M],
+      L_t = E_{q_γ}[N β/B Σ_b log p(y_b | f_b) + β log p(f_X) + (1 − β) log q_{γ_t}(f_X) − log q_γ(f_X)]
+          = β (N/B Σ_b E_{q_γ}[log p(y_b | f_b)] − KL[q_γ(f_X) ‖ p(f_X)]) − (1 − β) KL[q_γ(f_X) ‖ q_{γ_t}(f_X)],
+  maximised; the expectations are over the network's marginals at X_b by the likelihood's own
+  estimator (Gauss–Hermite for Bernoulli, Monte Carlo for Softmax, seeded by the step's seed).
+  (With one step per t, the proximity term has zero gradient at γ = γ_t; it matters for the value.)
+
+Prior hyperparameters (kernel, Gaussian noise) are learned as in the reference code, by ascending
+the minibatch bound log p(y_b) ≥ Σ_b E_{q_{γ_t}}[log p(y_b | f_b)] − KL[q_{γ_t}(f_b) ‖ p(f_b)]
+(q_{γ_t} held fixed). Both objectives are one scalar: the network's loss is computed with the
+hyperparameters held fixed and the hyperparameters' loss with the network held fixed, so
+`loss(batch, seed)` fits the shared `Trainer` (one Adam step on each per call) unchanged. The step
+t is the second element of the Trainer's stateless seed `(seed, step)`, so a resumed run continues
+the β schedule where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from gpseq._tfp import tfp
+
+from gpseq.corpora._atomic import atomic_target
+from gpseq.errors import ConfigError, ModelFormatError
+from gpseq.gp.kernels import RBF, Linear
+from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
+from gpseq.gp.linalg import safe_cholesky
+from gpseq.gp.random_features import RandomFeatures
+
+tfd = tfp.distributions
+
+SPREADS = ("gaussian", "uniform", "none")
+FORMAT = "gpseq.gpnet"
+FORMAT_VERSION = 1
+
+
+def beta_schedule(step, beta0: float = 1.0, decay: float = 1.0):
+    """β_t = β₀ / (1 + decay √step) for the 0-based step (the seed's t − 1) → scalar."""
+    step = tf.cast(step, tf.float64)
+    return beta0 / (1.0 + decay * tf.sqrt(step))
+
+
+def _softplus_inverse(x: float) -> float:
+    return float(np.log(np.expm1(x)))
+
+
+class GPNet(tf.Module):
+    """GPNet with P latent functions over dense inputs `[N, D]` (module docstring).
+
+    `inputs [N, D]`: the training inputs from which measurement points are drawn (None: from each
+    minibatch's inputs). `features`: a `RandomFeatures` map (default: random Fourier features of
+    `kernel` with `num_features` features, or the exact map of a `Linear` kernel).
+    """
+
+    def __init__(
+        self,
+        kernel,
+        likelihood,
+        inputs=None,
+        *,
+        num_data: int,
+        features: RandomFeatures | None = None,
+        input_dim: int | None = None,
+        num_features: int = 1000,
+        num_latent: int = 1,
+        num_measurement: int = 250,
+        spread: str = "gaussian",
+        spread_scale: float = float(1.0 / np.sqrt(2.0)),
+        full_cov: bool = True,
+        residual_hidden: int = 0,
+        beta0: float = 1.0,
+        beta_decay: float = 1.0,
+        learn_hyperparameters: bool = True,
+        jitter: float = 1e-6,
+        seed: int = 0,
+        name: str = "gpnet",
+    ):
+        super().__init__(name=name)
+        if spread not in SPREADS:
+            raise ConfigError(f"spread must be one of {', '.join(SPREADS)}, got {spread!r}")
+        if not 0.0 < beta0 <= 1.0 or beta_decay < 0.0:
+            raise ConfigError(f"need 0 < beta0 <= 1 and beta_decay >= 0, got {beta0}, {beta_decay}")
+        if isinstance(likelihood, Softmax) and num_latent != likelihood.num_classes:
+            raise ConfigError(f"a softmax over {likelihood.num_classes} classes needs num_latent = "
+                              f"{likelihood.num_classes}, got {num_latent}")
+        self.kernel, self.likelihood = kernel, likelihood
+        self.dtype = kernel.dtype
+        if inputs is not None:
+            inputs = np.asarray(inputs, dtype=np.float64)
+            input_dim = inputs.shape[1]
+            self.inputs = tf.convert_to_tensor(inputs, self.dtype)  # a captured tensor, not a saved variable
+        else:
+            self.inputs = None
+        if features is not None:
+            input_dim = features.input_dim
+        if input_dim is None:
+            raise ConfigError("GPNet needs the training inputs, a feature map or input_dim")
+        self.input_dim = int(input_dim)
+        self.features = features or RandomFeatures.from_kernel(kernel, self.input_dim, num_features, seed=seed)
+        F, P = self.features.num_features, num_latent
+        self.num_data, self.num_latent, self.num_measurement = int(num_data), P, int(num_measurement)
+        self.spread, self.spread_scale = spread, float(spread_scale)
+        self.full_cov, self.residual_hidden = full_cov, int(residual_hidden)
+        self.beta0, self.beta_decay = float(beta0), float(beta_decay)
+        self.learn_hyperparameters, self.jitter = learn_hyperparameters, float(jitter)
+
+        # w ~ N(m, V) starts at the prior N(0, I): q_γ₀ is the features' approximation of p(f).
+        self.q_mu = tf.Variable(tf.zeros([F, P], self.dtype), name="q_mu")
+        if full_cov:
+            # lower-triangular factor: strict lower part as stored, Softplus of the stored diagonal
+            raw = np.broadcast_to(np.eye(F) * _softplus_inverse(1.0), (P, F, F)).copy()
+            self.q_sqrt_raw = tf.Variable(tf.constant(raw, self.dtype), name="q_sqrt_raw")
+        else:
+            self.q_sqrt_raw = tf.Variable(tf.fill([F, P], tf.constant(_softplus_inverse(1.0), self.dtype)),
+                                          name="q_sqrt_raw")
+        self.residual = None
+        if self.residual_hidden > 0:
+            rng = np.random.default_rng([seed, 1])
+            H, D = self.residual_hidden, self.input_dim
+            self.residual = [
+                tf.Variable(tf.constant(rng.standard_normal((D, H)) / np.sqrt(D), self.dtype), name="residual_w1"),
+                tf.Variable(tf.zeros([H], self.dtype), name="residual_b1"),
+                tf.Variable(tf.zeros([H, P], self.dtype), name="residual_w2"),  # ξ = 0 at the start
+                tf.Variable(tf.zeros([P], self.dtype), name="residual_b2"),
+            ]
+
+    # ---- the network q_γ -----------------------------------------------------------------------
+    def q_sqrt(self):
+        """V^{1/2}: `[P, F, F]` lower triangular (full) or `[F, P]` standard deviations (diagonal)."""
+        raw = tf.convert_to_tensor(self.q_sqrt_raw)
+        if not self.full_cov:
+            return tf.math.softplus(raw)
+        return tf.linalg.band_part(raw, -1, 0) - tf.linalg.diag(tf.linalg.diag_part(raw)) \
+            + tf.linalg.diag(tf.math.softplus(tf.linalg.diag_part(raw)))
+
+    def residual_mean(self, X):
+        """ξ_θ(X) `[N, P]` (zeros without a residual network)."""
+        X = tf.convert_to_tensor(X, self.dtype)
+        if self.residual is None:
+            return tf.zeros([tf.shape(X)[0], self.num_latent], self.dtype)
+        w1, b1, w2, b2 = self.residual
+        return tf.linalg.matmul(tf.tanh(tf.linalg.matmul(X, w1) + b1), w2) + b2
+
+    def predict_f_full(self, X):
+        """Mean `[N, P]` and covariance `[P, N, N]` of q_γ(f_X) (no jitter)."""
+        phi = self.features(X)  # [N, F]
+        mean = tf.linalg.matmul(phi, self.q_mu) + self.residual_mean(X)
+        if self.full_cov:
+            A = tf.einsum("nf,pfg->png", phi, self.q_sqrt())  # [P, N, F]
+            return mean, tf.linalg.matmul(A, A, transpose_b=True)
+        return mean, tf.einsum("nf,fp,mf->pnm", phi, self.q_sqrt() ** 2, phi)
+
+    def predict_f(self, X):
+        """Marginal mean and variance of q_γ(f) at `X [N, D]` → (`[N, P]`, `[N, P]`)."""
+        phi = self.features(X)
+        mean = tf.linalg.matmul(phi, self.q_mu) + self.residual_mean(X)
+        if self.full_cov:
+            var = tf.transpose(tf.reduce_sum(tf.einsum("nf,pfg->png", phi, self.q_sqrt()) ** 2, -1))
+        else:
+            var = tf.linalg.matmul(phi**2, self.q_sqrt() ** 2)
+        return mean, var
+
+    def predict_y(self, X):
+        """Predictive mean and variance of y at `X` (the likelihood's `predict_y` of the marginals)."""
+        return self.likelihood.predict_y(*self.predict_f(X))
+
+    def predict_log_density(self, batch):
+        """log p(y* | x*) per point `[N]` for `batch = (X [N, D], Y)`."""
+        X, Y = batch
+        return self.likelihood.predict_log_density(*self.predict_f(X), Y)
+
+    # ---- measurement points and the target ------------------------------------------------------
+    def beta(self, step):
+        """β_t at the 0-based `step` → scalar."""
+        return tf.cast(beta_schedule(step, self.beta0, self.beta_decay), self.dtype)
+
+    def _spread_lengthscales(self):
+        ls = getattr(self.kernel, "lengthscales", None)
+        return tf.ones([], self.dtype) if ls is None else tf.stop_gradient(tf.convert_to_tensor(ls))
+
+    def measurement_points(self, seed, X_batch=None):
+        """M points from c(x): training inputs (or the batch's when the model has none) plus the
+        spread → `[M, D]`; stateless in `seed` (int32 `[2]`)."""
+        index_seed, noise_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        pool = self.inputs if self.inputs is not None else tf.convert_to_tensor(X_batch, self.dtype)
+        index = tf.random.stateless_uniform([self.num_measurement], index_seed, 0, tf.shape(pool)[0], tf.int32)
+        points = tf.gather(pool, index)
+        if self.spread == "none":
+            return points
+        scale = self.spread_scale * self._spread_lengthscales()
+        if self.spread == "gaussian":
+            noise = tf.random.stateless_normal(tf.shape(points), noise_seed, dtype=self.dtype)
+        else:
+            noise = tf.random.stateless_uniform(tf.shape(points), noise_seed, -1.0, 1.0, dtype=self.dtype)
+        return points + scale * noise
+
+    def _eye(self, n):
+        return tf.eye(n, dtype=self.dtype)
+
+    def gaussian_target(self, X, Y, X_M, beta, q_mean=None, q_cov=None, prior_cov=None):
+        """q̂_{t+1}(f_M) of a Gaussian likelihood (module docstring, seed eq. 10) → mean `[M, P]`,
+        covariance `[P, M, M]`, from the minibatch `X [B, D]`, `Y [B, P]` (treated as the fraction
+        B / num_data of the data), measurement points `X_M [M, D]` and `beta`; q_{γ_t} is the network
+        as it is (or `q_mean [B+M, P]`, `q_cov [P, B+M, B+M]` on [X; X_M]), the prior its kernel's
+        (or `prior_cov [B+M, B+M]`); jitter is added only inside the Cholesky factorisations."""
+        Z = tf.concat([tf.convert_to_tensor(X, self.dtype), tf.convert_to_tensor(X_M, self.dtype)], 0)
+        B = tf.shape(X)[0]
+        if q_mean is None:
+            q_mean, q_cov = self.predict_f_full(Z)
+        if prior_cov is None:
+            prior_cov = self.kernel.K(Z)
+        beta = tf.cast(beta, self.dtype)
+        K = tf.broadcast_to(prior_cov, tf.shape(q_cov))  # [P, n, n]
+        S_chol = safe_cholesky(beta * q_cov + (1.0 - beta) * K, jitter=self.jitter)
+        mu = tf.transpose(q_mean)[..., None]  # [P, n, 1]
+        m_tilde = (1.0 - beta) * tf.linalg.matmul(K, tf.linalg.cholesky_solve(S_chol, mu))  # [P, n, 1]
+
+        def from_prior():  # (K − (1 − β) K S⁻¹ K) / β
+            return (K - (1.0 - beta) * tf.linalg.matmul(K, tf.linalg.cholesky_solve(S_chol, K))) / beta
+
+        def from_network():  # (Σ − β Σ S⁻¹ Σ) / (1 − β)
+            return (q_cov - beta * tf.linalg.matmul(q_cov, tf.linalg.cholesky_solve(S_chol, q_cov))) / (1.0 - beta)
+
+        K_tilde = tf.cond(beta >= 0.5, from_prior, from_network)
+        K_tilde = 0.5 * (K_tilde + tf.linalg.matrix_transpose(K_tilde))
+        noise = tf.convert_to_tensor(self.likelihood.variance) * tf.cast(B, self.dtype) / (self.num_data * beta)
+        K_bb, K_Mb, K_MM = K_tilde[:, :B, :B], K_tilde[:, B:, :B], K_tilde[:, B:, B:]
+        L_y = safe_cholesky(K_bb + noise * self._eye(B), jitter=self.jitter)
+        residual = tf.transpose(tf.convert_to_tensor(Y, self.dtype))[..., None] - m_tilde[:, :B]  # [P, B, 1]
+        mean = m_tilde[:, B:] + tf.linalg.matmul(K_Mb, tf.linalg.cholesky_solve(L_y, residual))
+        cov = K_MM - tf.linalg.matmul(K_Mb, tf.linalg.cholesky_solve(L_y, tf.linalg.matrix_transpose(K_Mb)))
+        cov = 0.5 * (cov + tf.linalg.matrix_transpose(cov))
+        return tf.transpose(mean[..., 0]), cov
+
+    # ---- the training objective ------------------------------------------------------------------
+    def _mvn(self, mean, cov):
+        """P Gaussians from mean `[N, P]`, covariance `[P, N, N]` (jitter escalated if needed)."""
+        return tfd.MultivariateNormalTriL(tf.transpose(mean), safe_cholesky(cov, jitter=self.jitter))
+
+    def _variational_expectations(self, mean, var, Y, seed):
+        if isinstance(self.likelihood, Softmax):
+            return self.likelihood.variational_expectations(mean, var, Y, seed=seed)
+        return self.likelihood.variational_expectations(mean, var, Y)
+
+    def loss(self, batch, seed=None):
+        """The network's mirror-descent loss plus the hyperparameters' negative minibatch bound
+        (module docstring) for `batch = (X [B, D], Y [B, P])` at step `seed[1]` → scalar."""
+        X, Y = batch
+        X = tf.convert_to_tensor(X, self.dtype)
+        seed = tf.constant([0, 0], tf.int32) if seed is None else tf.cast(seed, tf.int32)
+        beta = self.beta(seed[1])
+        point_seed, mc_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        X_M = self.measurement_points(point_seed, X)
+        Z = tf.concat([X, X_M], 0)  # [B + M, D]
+        B = tf.shape(X)[0]
+        scale = tf.cast(self.num_data, self.dtype) / tf.cast(B, self.dtype)
+        mean, cov = self.predict_f_full(Z)
+        prior_cov = self.kernel.K(Z)
+        mean_t, cov_t, prior_t = tf.stop_gradient(mean), tf.stop_gradient(cov), tf.stop_gradient(prior_cov)
+
+        if isinstance(self.likelihood, Gaussian):
+            target_mean, target_cov = tf.nest.map_structure(tf.stop_gradient, self.gaussian_target(
+                X, tf.convert_to_tensor(Y, self.dtype), X_M, beta, q_mean=mean_t, q_cov=cov_t, prior_cov=prior_t))
+            q_M = self._mvn(mean[B:], cov[:, B:, B:])
+            target = self._mvn(target_mean, target_cov)
+            network_loss = tf.reduce_sum(tfd.kl_divergence(q_M, target))
+        else:
+            q_chol = safe_cholesky(cov, jitter=self.jitter)
+            q = tfd.MultivariateNormalTriL(tf.transpose(mean), q_chol)
+            q_t = tfd.MultivariateNormalTriL(tf.transpose(mean_t), tf.stop_gradient(q_chol))
+            prior = tfd.MultivariateNormalTriL(tf.zeros_like(tf.transpose(mean_t)),
+                                               tf.broadcast_to(safe_cholesky(prior_t, jitter=self.jitter), tf.shape(cov)))
+            var_b = tf.transpose(tf.linalg.diag_part(cov[:, :B, :B]))
+            expected = tf.reduce_sum(self._variational_expectations(mean[:B], var_b, Y, mc_seed))
+            surrogate = beta * (scale * expected - tf.reduce_sum(tfd.kl_divergence(q, prior))) \
+                - (1.0 - beta) * tf.reduce_sum(tfd.kl_divergence(q, q_t))
+            network_loss = -surrogate
+
+        if not self.learn_hyperparameters:
+            return network_loss
+        var_t = tf.transpose(tf.linalg.diag_part(cov_t[:, :B, :B]))
+        q_b = self._mvn(mean_t[:B], cov_t[:, :B, :B])
+        prior_b = tfd.MultivariateNormalTriL(tf.zeros_like(tf.transpose(mean_t[:B])),
+                                             tf.broadcast_to(safe_cholesky(prior_cov[:B, :B], jitter=self.jitter),
+                                                             tf.shape(cov_t[:, :B, :B])))
+        bound = tf.reduce_sum(self._variational_expectations(mean_t[:B], var_t, Y, mc_seed)) \
+            - tf.reduce_sum(tfd.kl_divergence(q_b, prior_b))
+        return network_loss - bound
+
+    # ---- persistence as plain arrays -------------------------------------------------------------
+    def config(self) -> dict:
+        """What rebuilds the model's structure (its values are in `get_state`)."""
+        kernel = {"kind": "rbf", "ard": bool(self.kernel.ard)} if isinstance(self.kernel, RBF) else {"kind": "linear"}
+        if not isinstance(self.kernel, (RBF, Linear)):
+            raise ConfigError(f"GPNet saves RBF and linear prior kernels, not {type(self.kernel).__name__}")
+        lik = self.likelihood
+        if isinstance(lik, Gaussian):
+            likelihood = {"kind": "gaussian"}
+        elif isinstance(lik, Bernoulli):
+            likelihood = {"kind": "bernoulli", "link": lik.link}
+        elif isinstance(lik, Softmax):
+            likelihood = {"kind": "softmax", "num_classes": lik.num_classes, "num_samples": lik.num_samples}
+        else:
+            raise ConfigError(f"GPNet saves Gaussian, Bernoulli and Softmax likelihoods, not {type(lik).__name__}")
+        return {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "input_dim": self.input_dim,
+            "kernel": kernel, "likelihood": likelihood,
+            "features": {"kind": self.features.kind, "num_features": self.features.num_features,
+                         "ard": bool(self.features.ard)},
+            "num_data": self.num_data, "num_latent": self.num_latent, "num_measurement": self.num_measurement,
+            "spread": self.spread, "spread_scale": self.spread_scale, "full_cov": self.full_cov,
+            "residual_hidden": self.residual_hidden, "beta0": self.beta0, "beta_decay": self.beta_decay,
+            "learn_hyperparameters": self.learn_hyperparameters, "jitter": self.jitter,
+        }
+
+    def _variables_by_name(self) -> dict[str, tf.Variable]:
+        found = self._flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)
+        return {"/".join(str(part) for part in path): variable for path, variable in found}
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Every variable (unconstrained values, frequencies included) as a named array."""
+        return {name: variable.numpy() for name, variable in self._variables_by_name().items()}
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Assign the arrays of `get_state`; a missing or mis-shaped one is a `ModelFormatError`."""
+        for name, variable in self._variables_by_name().items():
+            if name not in state:
+                raise ModelFormatError(f"GPNet state has no array {name!r}")
+            value = np.asarray(state[name])
+            if tuple(value.shape) != tuple(variable.shape):
+                raise ModelFormatError(f"GPNet array {name!r} has shape {value.shape}, expected {tuple(variable.shape)}")
+            variable.assign(value)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """One `.npz` of plain arrays (no pickle), written atomically: the state and the config as JSON."""
+        arrays = {"state/" + name: value for name, value in self.get_state().items()}
+        arrays["config"] = np.asarray(json.dumps(self.config()))
+        with atomic_target(path) as temp, open(temp, "wb") as handle:
+            np.savez(handle, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, inputs=None) -> "GPNet":
+        """The model `save` wrote (pass the training `inputs` to train it further)."""
+        with np.load(path, allow_pickle=False) as data:
+            if "config" not in data:
+                raise ModelFormatError(f"{path}: not a saved GPNet (no config array)")
+            config = json.loads(str(data["config"]))
+            state = {name[len("state/"):]: data[name] for name in data.files if name.startswith("state/")}
+        if config.get("format") != FORMAT or config.get("format_version", 0) > FORMAT_VERSION:
+            raise ModelFormatError(f"{path}: not a GPNet file this gpseq reads ({config.get('format')!r}, "
+                                   f"version {config.get('format_version')})")
+        D = config["input_dim"]
+        kernel = RBF(ard=config["kernel"]["ard"], lengthscales=np.ones(D) if config["kernel"]["ard"] else 1.0) \
+            if config["kernel"]["kind"] == "rbf" else Linear()
+        lik = config["likelihood"]
+        if lik["kind"] == "gaussian":
+            likelihood = Gaussian()
+        elif lik["kind"] == "bernoulli":
+            likelihood = Bernoulli(lik["link"])
+        else:
+            likelihood = Softmax(lik["num_classes"], num_samples=lik["num_samples"])
+        feat = config["features"]
+        features = RandomFeatures(D, feat["num_features"], feat["kind"], ard=feat["ard"],
+                                  lengthscales=np.ones(D) if feat["ard"] else 1.0)
+        model = cls(kernel, likelihood, inputs, num_data=config["num_data"], features=features, input_dim=D,
+                    num_latent=config["num_latent"], num_measurement=config["num_measurement"],
+                    spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
+                    residual_hidden=config["residual_hidden"], beta0=config["beta0"],
+                    beta_decay=config["beta_decay"], learn_hyperparameters=config["learn_hyperparameters"],
+                    jitter=config["jitter"])
+        model.set_state(state)
+        return model
