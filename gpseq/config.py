@@ -22,7 +22,7 @@ class TaggerConfig:
     predictive: str = "deterministic"  # marginals: "deterministic" (probit-scaled potentials, one
     # forward–backward) | "mc" (average over `predict_samples` draws of f); both calibrated by T, α
     predict_samples: int = 16  # S, Monte Carlo samples of f for the calibrated marginals
-    decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal"
+    decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal" | "span-f1"
     dtype: str = "float32"
     # a sentence longer than predict_max_tokens is tagged in windows of that many tokens, each
     # token's results taken from a window where it has >= predict_overlap tokens of context on
@@ -75,8 +75,8 @@ class TaggerConfig:
             raise ConfigError('training.method "laplace" needs model.kernel "linear" with shallow unaries; '
                               'use training.method "svi" for other models')
         self.training.validate()
-        if self.decode not in ("viterbi", "max-marginal"):
-            raise ConfigError(f"decode must be viterbi or max-marginal, got {self.decode!r}")
+        if self.decode not in ("viterbi", "max-marginal", "span-f1"):
+            raise ConfigError(f"decode must be viterbi, max-marginal or span-f1, got {self.decode!r}")
         if self.dtype not in ("float32", "float64"):
             raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}")
         if self.predictive not in ("deterministic", "mc"):

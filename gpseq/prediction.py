@@ -28,10 +28,12 @@ class Predictor:
     def __init__(self, model, overlap: int, dtype=np.float32):
         self.model, self.overlap, self.dtype = model, overlap, dtype
         self._mean_fn = self._sample_fn = self._gold_fn = None
+        self._chain_fns: dict[bool, object] = {}
 
     def predict(self, data: SequenceData, *, mean: bool, samples: int, batch_size: int, seed: int,
-                max_tokens: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Yields (sentence index array, marginals [B, T, V], paths [B, T], log p(path | X) [B]).
+                max_tokens: int, chains: bool = False) -> Iterator[tuple]:
+        """Yields (sentence index array, marginals [B, T, V], paths [B, T], log p(path | X) [B]), and with
+        `chains` a fifth item, the batch's `ChainPosterior` (exact span, path and n-best probabilities).
 
         Batches hold at most `batch_size` sentences and PREDICT_TOKENS padded tokens (S× that
         under Monte Carlo). A sentence longer than `max_tokens` is tagged in overlapping windows
@@ -40,27 +42,48 @@ class Predictor:
         numbers = itertools.count()  # one seed per compiled call
         short = np.flatnonzero(data.lengths <= max_tokens)
         for ids in token_batches(data.lengths[short], PREDICT_TOKENS, batch_size):
-            marg, path, logp = self._batch(data, short[ids], mean, samples, [seed, next(numbers)])
-            yield short[ids], marg, path, logp
+            marg, path, logp, *chain_arrays = self._batch(data, short[ids], mean, samples, [seed, next(numbers)],
+                                                          chains)
+            if chains:
+                from gpseq.structured.spans import ChainPosterior
+
+                unary, pairwise, weights = chain_arrays
+                yield short[ids], marg, path, logp, ChainPosterior(unary, pairwise, data.lengths[short[ids]], weights)
+            else:
+                yield short[ids], marg, path, logp
         for index in np.flatnonzero(data.lengths > max_tokens):
             start, stop = data.offsets[index], data.offsets[index + 1]
             windows = sequence_windows(int(stop - start), max_tokens, self.overlap)  # [W, 4]
             pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
-            marg = path = None
+            marg = path = unary = pairwise = weights = None
             for ids in token_batches(pieces.lengths, PREDICT_TOKENS, batch_size):
-                window_marg, window_path, _ = self._batch(pieces, ids, mean, samples, [seed, next(numbers)])
+                window_marg, window_path, _, *window_chains = self._batch(pieces, ids, mean, samples,
+                                                                          [seed, next(numbers)], chains)
                 if marg is None:
                     marg = np.empty((stop - start, window_marg.shape[-1]), dtype=window_marg.dtype)  # [T, V]
                     path = np.empty(stop - start, dtype=window_path.dtype)  # [T]
+                if chains and unary is None:
+                    chain_unary, pairwise, weights = window_chains
+                    unary = np.empty((chain_unary.shape[0], stop - start, chain_unary.shape[-1]))  # [R, T, V]
                 for row, w in enumerate(ids):
                     first, _, keep_start, keep_stop = windows[w]
                     marg[keep_start:keep_stop] = window_marg[row, keep_start - first:keep_stop - first]
                     path[keep_start:keep_stop] = window_path[row, keep_start - first:keep_stop - first]
+                    if chains:
+                        unary[:, keep_start:keep_stop] = window_chains[0][:, row, keep_start - first:keep_stop - first]
             labelled = SequenceData(data.rows[start:stop], np.array([0, stop - start], dtype=np.int64),
                                     path.astype(np.int32))
             logp = self.log_probs(labelled, mean=mean, samples=samples, batch_size=batch_size,
                                   seed=[seed, next(numbers)], max_tokens=max_tokens)
-            yield np.array([index]), marg[None], path[None], logp
+            if chains:
+                # one chain over the whole sentence: its unaries are exact in any window (deterministic);
+                # Monte Carlo draws are stitched from the windows' and the first window's pairwise is used
+                from gpseq.structured.spans import ChainPosterior
+
+                yield np.array([index]), marg[None], path[None], logp, ChainPosterior(
+                    unary[:, None], pairwise, [stop - start], weights)
+            else:
+                yield np.array([index]), marg[None], path[None], logp
 
     def log_probs(self, data: SequenceData, *, mean: bool, samples: int, batch_size: int, seed: list[int],
                   max_tokens: int) -> np.ndarray:
@@ -103,17 +126,36 @@ class Predictor:
         out[unseen] = -np.inf
         return out
 
-    def _batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int]):
-        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B]) of the sentences `ids` of `data`."""
+    def _batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int],
+               chains: bool = False):
+        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B]) of the sentences `ids` of `data`;
+        with `chains` also the predictive's chains as a `ChainPosterior` (`predict.predict_with_chains`)."""
         import tensorflow as tf
 
-        fn = self._compiled(mean)
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}
+        if chains:
+            marg, path, logp, unary, pairwise, weights = self._compiled_chains(mean)(
+                batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
+            return marg.numpy(), path.numpy(), logp.numpy(), unary.numpy(), pairwise.numpy(), weights.numpy()
+        fn = self._compiled(mean)
         if mean:
             marg, path, logp = fn(batch)
         else:
             marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
         return marg.numpy(), path.numpy(), logp.numpy()
+
+    def _compiled_chains(self, mean: bool):
+        import tensorflow as tf
+
+        from gpseq.structured import predict
+
+        if mean not in self._chain_fns:
+            model = self.model
+            self._chain_fns[mean] = tf.function(
+                lambda batch, num_samples, seed: predict.predict_with_chains(model, batch, num_samples, seed, mean),
+                input_signature=[batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32)],
+            )
+        return self._chain_fns[mean]
 
     def _compiled(self, mean: bool):
         import tensorflow as tf

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -40,6 +40,8 @@ from gpseq.training.config import Progress
 __all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]
 
 log = logging.getLogger("gpseq")
+DECODERS = ("viterbi", "max-marginal", "span-f1")
+SPAN_F1_MIN_PROB = 1e-3  # span-F1 decoding considers the spans at least this probable
 
 
 @dataclass
@@ -50,7 +52,12 @@ class TaggedSentence:
     labels: list[str]
     probabilities: np.ndarray  # [T, V] per-token marginals p(y_t = v | X), rows sum to 1
     label_set: list[str]
-    sequence_log_prob: float  # log p(predicted label path | X)
+    sequence_log_prob: float  # log p(predicted label path | X) under the predictive (see `Tagger.tag`)
+    # chunks of `labels` (type, start, end exclusive, P(this exact span | X)); [] for non-chunk labels
+    spans: list[tuple[str, int, int, float]] = field(default_factory=list)
+    span_probability: str = "exact"  # how `spans` were scored: "exact" or "product" (of token marginals)
+    nbest: list[tuple[list[str], float]] | None = None  # [(labels, P(labels | X))], most probable first
+    abstain_below: float | None = None  # the threshold of `abstained` / `span_abstained` (None: no abstention)
 
     @property
     def confidences(self) -> list[float]:
@@ -58,8 +65,30 @@ class TaggedSentence:
         index = {label: i for i, label in enumerate(self.label_set)}
         return [float(self.probabilities[t, index[label]]) for t, label in enumerate(self.labels)]
 
+    @property
+    def abstained(self) -> list[bool]:
+        """Per token: its confidence is below `abstain_below` (the label is kept; all False without a threshold)."""
+        if self.abstain_below is None:
+            return [False] * len(self.labels)
+        return [p < self.abstain_below for p in self.confidences]
+
+    @property
+    def span_abstained(self) -> list[bool]:
+        """Per span of `spans`: its probability is below `abstain_below`."""
+        if self.abstain_below is None:
+            return [False] * len(self.spans)
+        return [p < self.abstain_below for *_, p in self.spans]
+
     def distribution(self, t: int) -> dict[str, float]:
         return {label: float(p) for label, p in zip(self.label_set, self.probabilities[t])}
+
+
+def _padded(paths: Sequence[np.ndarray], T: int) -> np.ndarray:
+    """Label-id paths of several lengths as one `[B, T]` array (padding 0)."""
+    out = np.zeros((len(paths), T), dtype=np.int64)
+    for row, path in enumerate(paths):
+        out[row, :len(path)] = path
+    return out
 
 
 def _as_sentences(sentences: Iterable) -> list[Sentence]:
@@ -219,15 +248,17 @@ class Tagger:
         return samples is None and self.config.predictive == "deterministic"
 
     def predict_batches(self, sentences: list[Sentence], *, samples: int | None = None, mean: bool | None = None,
-                        batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
-        """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B])."""
+                        batch_size: int = 256, seed: int = 0, max_tokens: int | None = None, chains: bool = False):
+        """Yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B]) and, with
+        `chains`, the batch's `ChainPosterior` (`gpseq.structured.spans`)."""
         yield from self.predict_features(self.featurizer.transform(sentences), samples=samples, mean=mean,
-                                         batch_size=batch_size, seed=seed, max_tokens=max_tokens)
+                                         batch_size=batch_size, seed=seed, max_tokens=max_tokens, chains=chains)
 
     def predict_features(self, matrix, *, samples: int | None = None, mean: bool | None = None,
-                         batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
+                         batch_size: int = 256, seed: int = 0, max_tokens: int | None = None, chains: bool = False):
         """`predict_batches` for a FeatureMatrix (e.g. `featurizer.transform_docs(docs)`, rows `[N, D]`):
-        yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B]).
+        yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B]) and, with
+        `chains`, the batch's `ChainPosterior`.
 
         Batches hold at most `batch_size` sentences and `prediction.PREDICT_TOKENS` padded tokens (S× that
         under Monte Carlo). A sentence longer than `max_tokens` (default: the config's
@@ -238,15 +269,81 @@ class Tagger:
         check_window(max_tokens, self.config.predict_overlap)
         yield from self.predictor.predict(data, mean=self._deterministic(mean, samples),
                                           samples=samples or self.config.predict_samples, batch_size=batch_size,
-                                          seed=seed, max_tokens=max_tokens)
+                                          seed=seed, max_tokens=max_tokens, chains=chains)
+
+    @property
+    def span_scheme(self):
+        """The chunk boundaries of the model's labels (`SpanScheme`), None when they are not chunk
+        labels of its tag scheme (POS tags)."""
+        if not hasattr(self, "_span_scheme"):
+            from gpseq.corpora.schemes import is_chunk_labelling
+            from gpseq.structured.spans import SpanScheme
+
+            chunks = is_chunk_labelling(self.labels, self.config.tag_scheme)
+            self._span_scheme = SpanScheme.build(self.labels, self.config.tag_scheme) if chunks else None
+        return self._span_scheme
+
+    def posteriors(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
+                   batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
+        """Yields (sentence index array, `ChainPosterior`) over batches: the predictive's chains (one
+        probit-scaled chain, or S calibrated draws with `samples=S`) for any span, path or n-best query."""
+        for ids, _, _, _, posterior in self.predict_batches(_as_sentences(sentences), samples=samples, mean=mean,
+                                                            batch_size=batch_size, seed=seed,
+                                                            max_tokens=max_tokens, chains=True):
+            yield ids, posterior
+
+    def span_probabilities(self, sentences: Iterable, spans: Sequence[Sequence[tuple[str, int, int]]], *,
+                           samples: int | None = None, mean: bool | None = None) -> list[list[float]]:
+        """P(span | X) of user-given spans: `spans[s]` = [(type, start, end exclusive)] of sentence s,
+        each the probability that exactly this chunk (conlleval boundaries of the tag scheme) is in
+        the label path, whatever the rest of the sentence."""
+        from gpseq.structured.spans import span_queries
+
+        sentences = _as_sentences(sentences)
+        if len(spans) != len(sentences):
+            raise ConfigError(f"{len(spans)} span lists for {len(sentences)} sentences")
+        if self.span_scheme is None:
+            raise ConfigError("span probabilities need chunk labels; this model's labels are not "
+                              f"{self.config.tag_scheme} chunk labels")
+        for number, (sentence, found) in enumerate(zip(sentences, spans)):
+            for kind, start, end in found:
+                if not 0 <= start < end <= len(sentence.tokens):
+                    raise ConfigError(f"sentence {number}: span {(kind, start, end)} is empty or outside its "
+                                      f"{len(sentence.tokens)} tokens")
+        out: list[list[float]] = [[] for _ in sentences]
+        for ids, posterior in self.posteriors(sentences, samples=samples, mean=mean):
+            batch_spans = [list(spans[i]) for i in ids]
+            probs = posterior.span_probs(self.span_scheme, span_queries(self.span_scheme, batch_spans))
+            position = 0
+            for row, i in enumerate(ids):
+                out[i] = probs[position:position + len(batch_spans[row])].tolist()
+                position += len(batch_spans[row])
+        return out
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
-            decode: str | None = None, batch_size: int = 256, max_tokens: int | None = None) -> list[TaggedSentence]:
+            decode: str | None = None, batch_size: int = 256, max_tokens: int | None = None,
+            spans: str = "exact", nbest: int = 0, abstain_below: float | None = None) -> list[TaggedSentence]:
         """Label tokenised sentences: labels, per-token marginals and the path's log-probability.
 
         Marginals are the model's calibrated predictive (deterministic by default, `mean=True`
         forces it; `samples=S` averages S Monte Carlo draws of f); labels are the Viterbi path of
-        the posterior-mean potentials (`decode="max-marginal"`: each token's most probable label).
+        the posterior-mean potentials (`decode="max-marginal"`: each token's most probable label;
+        `decode="span-f1"`: the non-overlapping chunks maximising the expected chunk F1 from the
+        exact span probabilities, a minimum-risk decoding).
+
+        Probabilities that say what they are (`gpseq.structured.spans`), all under the predictive
+        the marginals come from — exact for the deterministic one; for `samples=S` the average over
+        the S draws' chains:
+        - `spans`: each chunk of the returned labels with P(this exact span | X), by constrained
+          forward–backward (`spans="product"`: the product of its tokens' marginals, an
+          approximation ignoring label correlation, kept for comparison);
+        - `sequence_log_prob`: log p(returned labels | X); under Monte Carlo the log of the S-draw
+          average with its Jensen bias corrected to first order (delta method);
+        - `nbest`: the K most probable label sequences of the predictive's mean potentials (for
+          the deterministic predictive, exactly the K most probable paths) by k-best Viterbi, with
+          their probabilities;
+        - `abstain_below=P`: `TaggedSentence.abstained` / `span_abstained` flag tokens and spans
+          whose probability is below P; labels are never changed.
 
         Long sentences: one longer than `max_tokens` (default: the config's `predict_max_tokens`,
         1000) is tagged in windows of `max_tokens` tokens, consecutive windows sharing at least
@@ -260,24 +357,103 @@ class Tagger:
         − Σ_shared parts log p(path part), each computed on that stretch alone: the path's score is
         exact and log Z is approximated by the windows' (exact for the chain if the windows'
         distributions were the whole sentence's)."""
+        from gpseq.corpora.schemes import spans as chunks_of
+
         sentences = _as_sentences(sentences)
         decode = decode or self.config.decode
+        if decode not in DECODERS:
+            raise ConfigError(f"decode must be one of {', '.join(DECODERS)}, got {decode!r}")
+        if spans not in ("exact", "product"):
+            raise ConfigError(f"spans must be exact or product, got {spans!r}")
+        if nbest < 0:
+            raise ConfigError(f"nbest must be >= 0, got {nbest}")
+        if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
+            raise ConfigError(f"abstain_below must be a probability in [0, 1], got {abstain_below}")
+        scheme = self.span_scheme
+        if decode == "span-f1" and scheme is None:
+            raise ConfigError("decode span-f1 needs chunk labels; this model's labels are not chunk labels")
+        chains = nbest > 0 or decode != "viterbi" or (scheme is not None and spans == "exact")
         results: list[TaggedSentence | None] = [None] * len(sentences)
-        for ids, marg, path, logp in self.predict_batches(sentences, samples=samples, mean=mean,
-                                                          batch_size=batch_size, max_tokens=max_tokens):
+        for ids, marg, path, logp, *rest in self.predict_batches(sentences, samples=samples, mean=mean,
+                                                                 batch_size=batch_size, max_tokens=max_tokens,
+                                                                 chains=chains):
+            posterior = rest[0] if rest else None
+            lengths = [len(sentences[index].tokens) for index in ids]
+            probs = [marg[row, :T].astype(np.float64) for row, T in enumerate(lengths)]
+            for p in probs:
+                p /= np.maximum(p.sum(-1, keepdims=True), 1e-300)
+            if decode == "span-f1":
+                found, best = self._span_f1_decode(posterior, lengths)
+            else:
+                best = [p.argmax(-1) if decode == "max-marginal" else path[row, :T]
+                        for row, (p, T) in enumerate(zip(probs, lengths))]
+                found = [chunks_of([self.labels[i] for i in b], scheme.scheme) if scheme is not None else []
+                         for b in best]
+            if posterior is not None and (decode != "viterbi" or len(posterior.weights) > 1):
+                # the returned labels' probability (Monte Carlo: with the Jensen bias corrected)
+                logp = posterior.path_log_probs(_padded(best, marg.shape[1]), bias_corrected=True)
+            if decode != "span-f1" and scheme is not None:
+                found = self._score_spans(posterior if spans == "exact" else None, found, probs, best)
+            paths = log_probs = None
+            if nbest:
+                paths, log_probs = posterior.nbest(nbest)
             for row, index in enumerate(ids):
-                T = len(sentences[index].tokens)
-                probs = marg[row, :T].astype(np.float64)
-                probs /= np.maximum(probs.sum(-1, keepdims=True), 1e-300)
-                best = probs.argmax(-1) if decode == "max-marginal" else path[row, :T]
+                T = lengths[row]
                 results[index] = TaggedSentence(
                     tokens=list(sentences[index].tokens),
-                    labels=[self.labels[i] for i in best],
-                    probabilities=probs,
+                    labels=[self.labels[i] for i in best[row]],
+                    probabilities=probs[row],
                     label_set=self.labels,
                     sequence_log_prob=float(logp[row]),
+                    spans=found[row],
+                    span_probability=spans if posterior is not None or scheme is None else "product",
+                    nbest=None if paths is None else [
+                        ([self.labels[i] for i in paths[row, n, :T]], float(np.exp(log_probs[row, n])))
+                        for n in range(nbest) if np.isfinite(log_probs[row, n])],
+                    abstain_below=abstain_below,
                 )
         return results  # type: ignore[return-value]
+
+    def _score_spans(self, posterior, found, probs, best) -> list[list[tuple[str, int, int, float]]]:
+        """(type, start, end, P) for the chunks `found[row]` of a batch: exact from `posterior`, else the
+        product of the tokens' marginals of their returned labels."""
+        from gpseq.structured.spans import span_queries
+
+        if posterior is None:
+            out = []
+            for p, b, chunks in zip(probs, best, found):
+                confidence = p[np.arange(len(b)), b]
+                out.append([(kind, start, end, float(np.prod(confidence[start:end]))) for kind, start, end in chunks])
+            return out
+        values = posterior.span_probs(self.span_scheme, span_queries(self.span_scheme, found))
+        out, position = [], 0
+        for chunks in found:
+            out.append([(*chunk, float(p)) for chunk, p in zip(chunks, values[position:position + len(chunks)])])
+            position += len(chunks)
+        return out
+
+    def _span_f1_decode(self, posterior, lengths):
+        """Chunks maximising the expected chunk F1 per sentence (`max_expected_f1_spans` over every
+        span of probability ≥ SPAN_F1_MIN_PROB) and the label ids that render them."""
+        from gpseq.corpora.schemes import spans_to_tags
+        from gpseq.structured.spans import max_expected_f1_spans
+
+        scheme = self.span_scheme
+        C = len(scheme.types)
+        starts = np.array([(b, c, i) for b, T in enumerate(lengths) for c in range(C) for i in range(T)],
+                          dtype=np.int64).reshape(-1, 3)
+        queries, probs = posterior.spans_from(scheme, starts, min_prob=SPAN_F1_MIN_PROB)
+        found, best = [], []
+        for b, T in enumerate(lengths):
+            mine = queries[:, 0] == b
+            candidates = [(int(c), int(i), int(j), float(p)) for (_, c, i, j), p in zip(queries[mine], probs[mine])]
+            chosen = max_expected_f1_spans(candidates, expected_gold=float(probs[mine].sum()))
+            lookup = {(c, i, j): p for c, i, j, p in candidates}
+            chunks = [(scheme.types[c], i, j, lookup[(c, i, j)]) for c, i, j in chosen]
+            labels = spans_to_tags(T, [chunk[:3] for chunk in chunks], scheme.scheme)
+            found.append(chunks)
+            best.append(np.array([self.label_index[label] for label in labels], dtype=np.int64))
+        return found, best
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                  n_bins: int = 15):

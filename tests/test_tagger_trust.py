@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpseq.corpora import read_conll, spans
+from gpseq.corpora import Sentence, read_conll, spans
 from gpseq.structured.spans import ChainPosterior
 from gpseq.tagger import Tagger, TaggerConfig
 from gpseq.features import get_preset
@@ -49,3 +49,89 @@ def test_predictive_chains_reproduce_the_compiled_marginals_and_path_probabiliti
     assert unary.shape[0] == (1 if deterministic else 4)
     np.testing.assert_allclose(posterior.token_marginals(), marg.numpy(), atol=1e-4)  # TensorFlow runs in float32
     np.testing.assert_allclose(posterior.path_log_probs(path.numpy()), logp.numpy(), atol=2e-3, rtol=1e-4)
+
+
+def _short(test, max_len=3, count=4):
+    """The first `max_len` tokens (and their columns) of `count` test sentences."""
+    return [Sentence(tokens=s.tokens[:max_len], labels=s.labels[:max_len], columns=s.columns[:max_len])
+            for s in test[:count]]
+
+
+def _enumerate(posterior, row):
+    """Every path of sentence `row` of a ChainPosterior with its probability (weighted over the chains)."""
+    T, V = int(posterior.lengths[row]), posterior.unary.shape[-1]
+    paths = np.array(list(itertools.product(range(V), repeat=T)), dtype=np.int64)
+    total = np.zeros(len(paths))
+    for r, weight in enumerate(posterior.weights):
+        unary, pairwise = posterior.unary[r, row, :T], posterior.pairwise[r]
+        score = unary[np.arange(T), paths].sum(1) + pairwise[paths[:, :-1], paths[:, 1:]].sum(1)
+        p = np.exp(score - score.max())
+        total += weight * p / p.sum()
+    return paths, total
+
+
+@pytest.mark.parametrize("samples", [None, 3])
+def test_tagged_spans_and_nbest_equal_enumeration(chunker, samples):
+    """`tag`'s span probabilities, n-best lists, sequence_log_prob and user-given span probabilities
+    equal enumeration of every label path of the predictive's chains (deterministic; S = 3 draws)."""
+    tagger, test = chunker
+    short = _short(test, max_len=3)
+    assert short
+    # tag (its own seed 0) and posteriors (seed 0) see the same draws
+    tagged = tagger.tag(short, samples=samples, nbest=5)
+    (ids, posterior), = list(tagger.posteriors(short, samples=samples))
+    for row, index in enumerate(ids):
+        result = tagged[index]
+        paths, p = _enumerate(posterior, row)
+        labels = [[tagger.labels[v] for v in path] for path in paths]
+        for kind, start, end, prob in result.spans:
+            expected = sum(q for path, q in zip(labels, p) if (kind, start, end) in spans(path, "iob2"))
+            assert prob == pytest.approx(expected, abs=1e-6)
+        ours = [tagger.label_index[label] for label in result.labels]
+        truth = p[np.all(paths == ours, axis=1)][0]
+        if samples is None:
+            assert result.sequence_log_prob == pytest.approx(np.log(truth), abs=2e-3)
+        order = np.argsort(-p, kind="stable")
+        assert [prob for _, prob in result.nbest] == pytest.approx(p[order[:5]], abs=1e-9) if samples is None else \
+            [prob for _, prob in result.nbest] == pytest.approx(
+                [p[np.all(paths == [tagger.label_index[l] for l in nb], axis=1)][0] for nb, _ in result.nbest], abs=1e-9)
+    given = [[("NP", 0, 1), ("NP", 0, min(2, len(s)))] for s in short]
+    probs = tagger.span_probabilities(short, given, samples=samples)
+    for (ids_row, index) in enumerate(ids):
+        paths, p = _enumerate(posterior, ids_row)
+        labels = [[tagger.labels[v] for v in path] for path in paths]
+        for span, prob in zip(given[index], probs[index]):
+            assert prob == pytest.approx(sum(q for path, q in zip(labels, p) if span in spans(path, "iob2")), abs=1e-6)
+
+
+def test_span_probabilities_are_bounded_by_type_marginals_on_real_sentences(chunker):
+    """On real sentences: an exact span probability is at most the smallest marginal of its type over
+    its tokens (not of the returned labels: `I-NP` after `O` starts a chunk as `B-NP` does)."""
+    tagger, test = chunker
+    for result in tagger.tag(test[:40]):
+        for kind, start, end, prob in result.spans:
+            columns = [v for v, label in enumerate(result.label_set) if label.endswith("-" + kind)]
+            type_marg = result.probabilities[start:end][:, columns].sum(1)
+            assert 0.0 <= prob <= type_marg.min() + 1e-6
+
+
+def test_abstention_never_changes_a_label(chunker):
+    tagger, test = chunker
+    plain = tagger.tag(test[:30])
+    for threshold in (0.0, 0.5, 0.9, 1.0):
+        flagged = tagger.tag(test[:30], abstain_below=threshold)
+        for a, b in zip(plain, flagged):
+            assert a.labels == b.labels
+            assert b.abstained == [p < threshold for p in a.confidences]
+            assert b.span_abstained == [p < threshold for *_, p in a.spans]
+            assert [s[:3] for s in a.spans] == [s[:3] for s in b.spans]
+    assert all(not any(r.abstained) for r in plain)
+
+
+def test_span_f1_decoding_returns_consistent_chunks(chunker):
+    tagger, test = chunker
+    decoded = tagger.tag(test[:30], decode="span-f1")
+    for sentence, result in zip(test[:30], decoded):
+        assert [s[:3] for s in result.spans] == spans(result.labels, "iob2")
+        exact = tagger.span_probabilities([sentence], [[s[:3] for s in result.spans]])[0]
+        assert [s[3] for s in result.spans] == pytest.approx(exact, abs=1e-6)  # float32 potentials, other batch

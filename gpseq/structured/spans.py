@@ -109,7 +109,7 @@ class ChainPosterior:
     """R weighted linear chains over a padded batch, with their forward–backward messages (float64).
 
     unary `[R, B, T, V]` (or `[B, T, V]` for R = 1), pairwise `[R, V, V]` (or `[V, V]`),
-    lengths `[B]` ≥ 1, weights `[R]` (default uniform)."""
+    lengths `[B]` (0 allowed: an empty sentence), weights `[R]` (default uniform)."""
 
     def __init__(self, unary, pairwise, lengths, weights=None):
         unary = np.asarray(unary, dtype=np.float64)
@@ -122,8 +122,8 @@ class ChainPosterior:
         if pairwise.shape[-2:] != (V, V) or pairwise.shape[0] not in (1, R):
             raise ConfigError(f"pairwise of shape {pairwise.shape} does not fit unary of shape {unary.shape}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        if self.lengths.shape != (B,) or (B and (self.lengths.min() < 1 or self.lengths.max() > T)):
-            raise ConfigError(f"lengths must be [B] = [{B}] values in 1..{T}")
+        if self.lengths.shape != (B,) or (B and (self.lengths.min() < 0 or self.lengths.max() > T)):
+            raise ConfigError(f"lengths must be [B] = [{B}] values in 0..{T}")
         self.weights = np.full(R, 1.0 / R) if weights is None else np.asarray(weights, dtype=np.float64)
         if self.weights.shape != (R,):
             raise ConfigError(f"weights must have shape [R] = [{R}], got {self.weights.shape}")
@@ -148,14 +148,14 @@ class ChainPosterior:
                 + self.unary[:, :, t]
         log_beta = np.zeros_like(self.unary)
         transposed = np.swapaxes(self.transition, 1, 2)
-        last = self.lengths - 1
+        last = np.maximum(self.lengths - 1, 0)
         for t in range(T - 2, -1, -1):
             inside = (t < last)[None, :, None]  # β_t is a message only before the last token
             step = _log_matmul(self.unary[:, :, t + 1] + log_beta[:, :, t + 1], transposed) + shift[..., None]
             log_beta[:, :, t] = np.where(inside, step, 0.0)
         self.log_alpha, self.log_beta = log_alpha, log_beta
         ends = log_alpha[:, np.arange(B), last]  # [R, B, V]
-        self.log_z = _logsumexp(ends, axis=-1)  # [R, B]
+        self.log_z = np.where(self.lengths > 0, _logsumexp(ends, axis=-1), 0.0)  # [R, B]; 0 for an empty sentence
 
     def _mix(self, log_p):
         """log Σ_r w_r exp(log_p[r]) for log_p `[R, ...]`."""
