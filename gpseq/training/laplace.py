@@ -47,6 +47,7 @@ class LaplaceReport:
     objective_per_token: list[float] = field(default_factory=list)
     evaluations: int = 0
     free_weights: int = 0
+    nonzero_weights: int = 0
 
 
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
@@ -90,6 +91,7 @@ def fit_laplace(
     prior_variance: float = 1.0,
     pairwise_prior_variance: float = 1.0,
     bias_prior_variance: float = 10.0,
+    l1: float = 0.0,
     evidence_rounds: int = 0,
     max_iterations: int = 100,
     refit_iterations: int = 40,
@@ -148,8 +150,12 @@ def fit_laplace(
                 callback(round_, iteration[0], -last[0])
 
         budget = max_iterations if round_ == 0 else refit_iterations
+        penalty = None
+        if l1 > 0.0:  # a Laplace prior on the weights W (not on the biases and the pairwise)
+            penalty = np.zeros(sum(sizes))
+            penalty[sizes[0] : sizes[0] + sizes[1]] = l1
         result = minimize_lbfgs(fun, theta, max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6,
-                                callback=step_done)
+                                callback=step_done, l1=penalty)
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
         theta = result.x
@@ -173,6 +179,7 @@ def fit_laplace(
     report.prior_variances["<pairwise>"] = pair_var
     report.prior_variances["<bias>"] = bias_var
     report.free_weights = int(len(support))
+    report.nonzero_weights = int(np.count_nonzero(w))
     return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report)
 
 

@@ -6,6 +6,13 @@ MAP fit has no bounds, so the two-loop recursion over m pairs (4 m n flops, a fe
 needs. Line search: backtracking on the Armijo condition with quadratic interpolation, first
 trial step 1 (1/‖g‖ on the first iteration); a pair with sᵀy ≤ ε‖s‖‖y‖ is not stored.
 Stopping as SciPy's: relative decrease of f below `ftol`, or max |g| below `gtol`.
+
+With `l1` (a weight per coordinate, or one for all) it is OWL-QN (Andrew & Gao 2007), for
+f(x) + Σ_i l1_i |x_i|: the pseudo-gradient (the steepest-descent direction of the non-smooth
+objective, 0 where a coordinate at zero should stay there) replaces the gradient, the direction is
+kept in the orthant the pseudo-gradient points into, and every trial point is projected onto the
+current orthant (coordinates that would cross zero are set to zero), so exact zeros appear; the
+curvature pairs use the smooth part's gradients only. The line search then backtracks by halving.
 """
 
 from __future__ import annotations
@@ -53,32 +60,62 @@ def _direction(grad, pairs) -> np.ndarray:
     return np.negative(q, out=q)
 
 
+def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray) -> np.ndarray:
+    """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN): ∇f + l1·sign(x) off zero; at zero the
+    one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is > 0), else 0."""
+    out = grad + l1 * np.sign(x)
+    zero = x == 0.0
+    right, left = grad[zero] + (l1[zero] if l1.ndim else l1), grad[zero] - (l1[zero] if l1.ndim else l1)
+    out[zero] = np.where(right < 0.0, right, np.where(left > 0.0, left, 0.0))
+    return out
+
+
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
                    max_iterations: int = 100, memory: int = 6, ftol: float = 1e-7, gtol: float = 1e-6,
                    callback: Callable[[np.ndarray], None] | None = None, max_backtracks: int = 30,
-                   armijo: float = 1e-4) -> LbfgsResult:
-    """Minimise `fun(x) -> (f, ∇f)` from `x0` by L-BFGS with `memory` pairs."""
+                   armijo: float = 1e-4, l1: "np.ndarray | float | None" = None) -> LbfgsResult:
+    """Minimise `fun(x) -> (f, ∇f)` (+ Σ l1_i |x_i| when `l1` is given: OWL-QN) from `x0` by
+    L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term."""
     x = np.array(x0, dtype=np.float64)
-    f, g = fun(x)
+    penalty = None if l1 is None or not np.any(np.asarray(l1)) else np.asarray(l1, dtype=np.float64)
+
+    def total(point, smooth):  # the objective, L1 term included
+        return smooth if penalty is None else smooth + float(np.add.reduce(penalty * np.abs(point)))
+
+    f_smooth, g = fun(x)
+    f = total(x, f_smooth)
     nfev, message = 1, "iteration limit"
     pairs: deque = deque(maxlen=memory)
     nit = 0
     while nit < max_iterations:
-        if np.max(np.abs(g), initial=0.0) <= gtol:
+        v = g if penalty is None else pseudo_gradient(x, g, penalty)
+        if np.max(np.abs(v), initial=0.0) <= gtol:
             message = "gradient below gtol"
             break
-        d = _direction(g, pairs)
-        slope = float(np.add.reduce(g * d))
+        d = _direction(v, pairs)
+        if penalty is not None:
+            d[d * v >= 0.0] = 0.0  # stay in the orthant of −v
+        slope = float(np.add.reduce(v * d))
         if slope >= 0.0:  # not a descent direction (numerical trouble): restart from steepest descent
             pairs.clear()
-            d, slope = -g, -float(np.add.reduce(g * g))
+            d, slope = -v, -float(np.add.reduce(v * v))
         step = 1.0 if pairs else 1.0 / max(np.sqrt(-slope), 1e-12)
+        orthant = None if penalty is None else np.where(x != 0.0, np.sign(x), np.sign(-v))
         for _ in range(max_backtracks):
             x_new = x + step * d
-            f_new, g_new = fun(x_new)
+            if orthant is not None:
+                x_new[np.sign(x_new) != orthant] = 0.0
+                decrease_bound = float(np.add.reduce(v * (x_new - x)))
+            else:
+                decrease_bound = step * slope
+            f_smooth_new, g_new = fun(x_new)
+            f_new = total(x_new, f_smooth_new)
             nfev += 1
-            if np.isfinite(f_new) and f_new <= f + armijo * step * slope:
+            if np.isfinite(f_new) and f_new <= f + armijo * decrease_bound:
                 break
+            if orthant is not None:
+                step *= 0.5
+                continue
             # minimiser of the quadratic through f, slope and f_new, kept within [0.1, 0.5] · step
             curvature = f_new - f - slope * step if np.isfinite(f_new) else np.inf
             trial = -slope * step * step / (2.0 * curvature) if curvature > 0 else 0.1 * step
