@@ -43,8 +43,10 @@ def reliability_diagram(
     path: str | os.PathLike,
     n_bins: int = 15,
     title: str | None = None,
+    unit: str = "tokens",
 ) -> Path:
-    """Write a reliability diagram PNG (accuracy per confidence bin against the diagonal, token histogram).
+    """Write a reliability diagram PNG (accuracy per confidence bin against the diagonal, histogram of
+    the items: `unit` names them, e.g. "spans" for predicted entities).
 
     confidence, correct: [N]. Written atomically; returns the path.
     """
@@ -75,11 +77,11 @@ def reliability_diagram(
     top.set_xlim(0, 1)
     top.set_ylim(0, 1)
     top.legend(loc="upper left")
-    top.set_title(f"{title + ': ' if title else ''}ECE {ece:.4f} ({n_bins} bins, {int(counts.sum())} tokens)")
+    top.set_title(f"{title + ': ' if title else ''}ECE {ece:.4f} ({n_bins} bins, {int(counts.sum())} {unit})")
     bottom.bar(edges[:-1], counts, width=width, align="edge", edgecolor="black", color="grey")
     bottom.set_yscale("log" if counts.max(initial=0) > 0 else "linear")
     bottom.set_xlabel("confidence")
-    bottom.set_ylabel("tokens")
+    bottom.set_ylabel(unit)
     path = Path(path)
     with atomic_target(path) as temp:
         figure.savefig(temp, format="png", dpi=100)
@@ -110,17 +112,26 @@ class EvaluationReport:
     ece_argmax: float | None = None  # on the argmax of the marginals: confidence max_v p(v)
     brier: float | None = None  # multiclass Brier of the full per-token distribution
     aurc: float | None = None  # area under the risk–coverage curve (returned labels and their confidences)
-    error_at_90: float | None = None  # error rate of the ceil(0.9 N) most confident tokens
+    error_at_80: float | None = None  # error rate of the ceil(0.8 N) most confident tokens
+    error_at_90: float | None = None  # … 0.9 N
+    error_at_95: float | None = None  # … 0.95 N
     n_bins: int = 15
     eps: float = DEFAULT_EPS
     n_unseen_gold_tokens: int | None = None  # gold labels outside the model's label set
     n_clipped_tokens: int | None = None  # tokens whose p(gold) < eps (NLL clipped at −log eps)
     n_clipped_sequences: int | None = None  # sentences whose log p(gold path) < log eps
     calibration: dict = field(default_factory=dict, repr=False)  # counts / confidence / accuracy per bin
+    # entity-level calibration and selective prediction, calibration by frequency band, the abstention
+    # threshold for a target error (`gpseq.trust`; flat keys, merged into `to_dict`)
+    trust: dict = field(default_factory=dict, repr=False)
+    entity_calibration: dict = field(default_factory=dict, repr=False)  # per-bin, of predicted spans
+    curves: dict = field(default_factory=dict, repr=False)  # risk–coverage curves {name: curve points}
 
     def to_dict(self) -> dict:
         """Flat JSON-able dict; per-type scores as `chunk_f1[TYPE]`, `chunk_precision[TYPE]` …"""
-        out = {key: value for key, value in self.__dict__.items() if key not in ("per_type", "calibration")}
+        skip = ("per_type", "calibration", "trust", "entity_calibration", "curves")
+        out = {key: value for key, value in self.__dict__.items() if key not in skip}
+        out.update(self.trust)
         for key, value in out.items():
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = None
@@ -140,14 +151,23 @@ class EvaluationReport:
         marked correct: the same bins, bars, token counts and ECE as the per-token arrays give."""
         if not self.calibration:
             raise GpseqError("no calibration bins in the evaluation report: nothing to plot")
-        confidence, correct = [], []
-        for count, mean_confidence, accuracy in zip(self.calibration["counts"], self.calibration["confidence"],
-                                                    self.calibration["accuracy"]):
-            if not count:
-                continue
-            confidence.append(np.full(count, mean_confidence))
-            correct.append(np.arange(count) < int(round(count * accuracy)))
-        return reliability_diagram(np.concatenate(confidence), np.concatenate(correct), path, n_bins=n_bins)
+        return reliability_diagram(*_from_bins(self.calibration), path, n_bins=n_bins)
+
+    def entity_reliability_diagram(self, path: str | os.PathLike, n_bins: int = 15) -> Path:
+        """The reliability diagram of the predicted spans (correct = a gold span with the same type,
+        start and end) from the report's per-bin counts, as `reliability_diagram`."""
+        if not self.entity_calibration:
+            raise GpseqError("no entity calibration in the evaluation report (no chunk labels or span probabilities)")
+        return reliability_diagram(*_from_bins(self.entity_calibration), path, n_bins=n_bins, title="entities",
+                                   unit="spans")
+
+    def risk_coverage_plot(self, path: str | os.PathLike) -> Path:
+        """Risk–coverage curves of tokens and (when measured) predicted spans, exact and product."""
+        from gpseq.trust import risk_coverage_plot
+
+        if not self.curves:
+            raise GpseqError("no risk-coverage curves in the evaluation report: nothing to plot")
+        return risk_coverage_plot(self.curves, path)
 
     def per_type_table(self) -> str:
         """A plain-text table of per-type chunk scores (conlleval's layout, percentages)."""
@@ -168,6 +188,19 @@ class EvaluationReport:
         return "\n".join(lines)
 
 
+def _from_bins(calibration: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence, correct) arrays with the given per-bin counts, mean confidences and accuracies: bin b's
+    n_b items get its mean confidence and round(n_b · accuracy_b) of them are correct (same bins and ECE)."""
+    confidence, correct = [], []
+    for count, mean_confidence, accuracy in zip(calibration["counts"], calibration["confidence"],
+                                                calibration["accuracy"]):
+        if not count:
+            continue
+        confidence.append(np.full(count, mean_confidence))
+        correct.append(np.arange(count) < int(round(count * accuracy)))
+    return np.concatenate(confidence), np.concatenate(correct)
+
+
 def evaluate(
     gold: Sequence[Sequence[str]],
     predicted: Sequence[Sequence[str]],
@@ -178,6 +211,8 @@ def evaluate(
     scheme: str | None = "iob2",
     n_bins: int = 15,
     eps: float = DEFAULT_EPS,
+    spans: Sequence[Sequence[tuple[str, int, int, float]]] | None = None,
+    target_error: float | None = None,
 ) -> EvaluationReport:
     """Score predictions against gold labels.
 
@@ -189,6 +224,13 @@ def evaluate(
     probability and correctness instead. sequence_log_probs: [S] log p(gold path | x)
     (−inf allowed: clipped at log eps and counted). scheme: 'iob1'/'iob2'/'bioes', 'auto'
     (detect from gold) or None (no chunk scores).
+
+    spans: per sentence, the chunks of `predicted` with their probabilities (type, start, end
+    exclusive, P), e.g. `TaggedSentence.spans`: entity-level ECE, Brier, AURC and error at
+    80/90/95 % coverage (`entity_*`), beside the same for the product of token marginals
+    (`*_product`, from `probabilities`) and ECE by frequency band (`gpseq.trust`). target_error:
+    the abstention threshold with the largest coverage whose kept tokens (and, separately, spans)
+    err at most that often (`abstain_threshold`, `abstain_coverage`, `abstain_error`, `entity_…`).
     """
     check_lengths(gold, predicted)
     if not 0 < eps < 1:
@@ -268,7 +310,9 @@ def evaluate(
                 flat.max(axis=1), flat.argmax(axis=1) == gold_index, n_bins
             )
             report.aurc = aurc(confidence, correct)
+            report.error_at_80 = selective_error(confidence, correct, 0.8)
             report.error_at_90 = selective_error(confidence, correct, 0.9)
+            report.error_at_95 = selective_error(confidence, correct, 0.95)
             report.brier = brier_score(flat, gold_index)
             counts, mean_confidence, bin_accuracy = calibration_bins(confidence, correct, n_bins)
             report.calibration = {
@@ -276,6 +320,7 @@ def evaluate(
                 "confidence": [None if np.isnan(x) else float(x) for x in mean_confidence],
                 "accuracy": [None if np.isnan(x) else float(x) for x in bin_accuracy],
             }
+            _trust_metrics(report, gold, predicted, confidence, correct, spans, target_error, n_bins)
 
     if sequence_log_probs is not None:
         log_probs = np.asarray(sequence_log_probs, dtype=np.float64)
@@ -291,3 +336,40 @@ def evaluate(
         report.seq_nll = float(np.mean(nll)) if len(gold) else float("nan")
         report.seq_nll_per_token = float(np.sum(nll) / n_tokens) if n_tokens else float("nan")
     return report
+
+
+def _trust_metrics(report: EvaluationReport, gold, predicted, confidence, correct, spans, target_error, n_bins):
+    """Fill `report.trust` (flat), `entity_calibration` and `curves` from the tokens' returned-label
+    confidences `[N]` and, for chunk labels, the predicted spans' probabilities (`gpseq.trust`)."""
+    from gpseq.corpora.schemes import spans as chunks_of
+    from gpseq.trust import entity_report, selective_curves, threshold_for_error, token_band_report
+
+    report.trust.update(token_band_report(gold, predicted, confidence, n_bins))
+    report.curves["tokens"] = selective_curves(confidence, correct)
+    if target_error is not None:
+        found = threshold_for_error(confidence, correct, target_error)
+        report.trust.update({f"abstain_{key}": value for key, value in found.items()})
+    if report.per_type is None:
+        return
+    if spans is None:
+        return
+    if len(spans) != len(gold):
+        raise ConfigError(f"{len(spans)} span lists for {len(gold)} sentences")
+    gold_spans = [chunks_of(sentence, report.scheme) for sentence in gold]
+    product, position = [], 0
+    for sentence, found in zip(predicted, spans):
+        own = confidence[position:position + len(sentence)]
+        product.append([(kind, start, end, float(np.prod(own[start:end]))) for kind, start, end, _ in found])
+        position += len(sentence)
+    entity = entity_report(gold_spans, spans, product=product, n_bins=n_bins)
+    report.entity_calibration = entity.pop("entity_calibration", {})
+    report.trust.update(entity)
+    exact_confidence = np.array([p for found in spans for *_, p in found])
+    gold_sets = [set(g) for g in gold_spans]
+    exact_correct = np.array([tuple(span[:3]) in g for found, g in zip(spans, gold_sets) for span in found], dtype=bool)
+    product_confidence = np.array([p for found in product for *_, p in found])
+    report.curves["spans (exact)"] = selective_curves(exact_confidence, exact_correct)
+    report.curves["spans (product)"] = selective_curves(product_confidence, exact_correct)
+    if target_error is not None:
+        found = threshold_for_error(exact_confidence, exact_correct, target_error)
+        report.trust.update({f"entity_abstain_{key}": value for key, value in found.items()})

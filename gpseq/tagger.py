@@ -456,12 +456,14 @@ class Tagger:
         return found, best
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
-                 n_bins: int = 15):
-        """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors)."""
+                 n_bins: int = 15, decode: str | None = None, target_error: float | None = None):
+        """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors),
+        with entity-level calibration of the exact span probabilities for chunk labels and, with
+        `target_error`, the abstention threshold reaching it (`gpseq.trust`)."""
         from gpseq.evaluate import evaluate
 
         corpus = list(corpus)
-        tagged = self.tag(corpus, samples=samples, mean=mean)
+        tagged = self.tag(corpus, samples=samples, mean=mean, decode=decode)
         gold_logp = self.gold_log_probs(corpus, samples=samples, mean=mean)
         return evaluate(
             [list(s.labels) for s in corpus],
@@ -471,6 +473,8 @@ class Tagger:
             sequence_log_probs=list(gold_logp),
             scheme=self.config.tag_scheme,
             n_bins=n_bins,
+            spans=[t.spans for t in tagged] if self.span_scheme is not None else None,
+            target_error=target_error,
         )
 
     def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,

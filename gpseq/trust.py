@@ -21,8 +21,7 @@ import numpy as np
 
 from gpseq.corpora._atomic import atomic_target
 from gpseq.errors import ConfigError
-from gpseq.evaluate import (aurc, calibration_bins, expected_calibration_error, reliability_diagram, risk_coverage,
-                            selective_error)
+from gpseq.metrics import aurc, calibration_bins, expected_calibration_error, risk_coverage, selective_error
 
 COVERAGES = (0.8, 0.9, 0.95)
 RARE_SHARE = 0.05  # a type (label) is "rare" when it has less than this share of the gold spans (tokens)
@@ -183,20 +182,17 @@ def _nan_none(values) -> list:
     return [None if (x is None or (isinstance(x, float) and math.isnan(x))) else float(x) for x in values]
 
 
-def risk_coverage_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str | os.PathLike,
-                       title: str | None = None) -> Path:
-    """Write a PNG of risk (error rate of what is kept) against coverage, one line per {name: (confidence,
-    correct)}, with each curve's AURC in the legend; written atomically."""
+def risk_coverage_plot(curves: dict[str, dict], path: str | os.PathLike, title: str | None = None) -> Path:
+    """Write a PNG of risk (error rate of what is kept) against coverage, one line per
+    {name: `curve_points` dict with an "aurc"}, with the AURC in the legend; written atomically."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(5, 4), layout="constrained")
     axes = figure.subplots()
-    for name, (confidence, correct) in curves.items():
-        if not len(confidence):
+    for name, curve in curves.items():
+        if not curve.get("coverage"):
             continue
-        risk = risk_coverage(confidence, correct)
-        coverage = np.arange(1, risk.size + 1) / risk.size
-        axes.plot(coverage, risk, label=f"{name} (AURC {aurc(confidence, correct):.4f})")
+        axes.plot(curve["coverage"], curve["risk"], label=f"{name} (AURC {curve['aurc']:.4f})")
     for coverage in COVERAGES:
         axes.axvline(coverage, color="grey", linewidth=0.5, linestyle=":")
     axes.set_xlabel("coverage (fraction kept, most confident first)")
@@ -211,7 +207,6 @@ def risk_coverage_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: s
     return path
 
 
-def entity_reliability_diagram(confidence: np.ndarray, correct: np.ndarray, path: str | os.PathLike,
-                               n_bins: int = 15) -> Path:
-    """The reliability diagram of predicted spans (accuracy = fraction matching a gold span exactly)."""
-    return reliability_diagram(confidence, correct, path, n_bins=n_bins, title="entities", unit="spans")
+def selective_curves(confidence: np.ndarray, correct: np.ndarray) -> dict:
+    """`curve_points` with the AURC, for `risk_coverage_plot`."""
+    return {**curve_points(confidence, correct), "aurc": aurc(confidence, correct) if len(confidence) else None}
