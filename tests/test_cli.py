@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402  (the top-level typer app, as `python cli.py` runs it)
-from gpseq.cli.config import apply_override, build_config  # noqa: E402
+from gpseq.cli.config import ConfigOptions, apply_override, build_config  # noqa: E402
 
 SAMPLE = ROOT / "corpora" / "sample"
 # A tiny, fast configuration: lexical features only (raw text has no POS column), few steps.
@@ -182,8 +182,9 @@ def test_config_precedence_defaults_file_options_set(tmp_path):
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps({"model": {"num_inducing": 5, "likelihood": "exact"},
                                        "training": {"epochs": 2, "seed": 11}}))
-    config = build_config(config_file, "pos", "pseudo", None, None, 7, None, "bioes", None, None,
-                          ["training.epochs=3", "model.prior_variance=2.5"])
+    config = build_config(ConfigOptions(config_file=config_file, features="pos", tag_scheme="bioes",
+                                        named={"--likelihood": "pseudo", "--max-steps": 7},
+                                        overrides=["training.epochs=3", "model.prior_variance=2.5"]))
     assert config.model.num_inducing == 5  # file
     assert config.training.seed == 11  # file
     assert config.model.likelihood == "pseudo"  # option over file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpseq.cli.common import require_file, tagger_module
@@ -47,42 +48,57 @@ def _config_file(path: Path) -> dict:
     return tagger_module().TaggerConfig.from_dict(data).to_dict()
 
 
-def build_config(config_file, features, likelihood, inducing, epochs, max_steps, seed, tag_scheme,
-                 devices, strategy, overrides):
+# the named `gpseq train` options that set one configuration key each
+NAMED_OPTIONS = {
+    "--likelihood": "model.likelihood",
+    "--inducing": "model.num_inducing",
+    "--epochs": "training.epochs",
+    "--max-steps": "training.max_steps",
+    "--seed": "training.seed",
+    "--devices": "training.devices",
+    "--strategy": "training.strategy",
+}
+
+
+@dataclass
+class ConfigOptions:
+    """What `gpseq train` asks of the configuration, lowest precedence first: the library defaults
+    or a --config JSON file, a feature preset or CRF++ template file, the named options, --set."""
+
+    config_file: Path | None = None
+    features: str | None = None  # a preset name or a CRF++ template file
+    named: dict[str, object] = field(default_factory=dict)  # NAMED_OPTIONS option → value (None: not given)
+    tag_scheme: str | None = None
+    overrides: list[str] = field(default_factory=list)  # --set KEY.PATH=VALUE, in order
+
+
+def build_config(options: ConfigOptions):
     """The TaggerConfig: library defaults ← --config JSON ← named options ← --set overrides."""
     from gpseq.features import FeatureConfig, get_preset, list_presets
 
     TaggerConfig = tagger_module().TaggerConfig
-    data = _config_file(config_file) if config_file is not None else TaggerConfig().to_dict()
-    if features is not None:
-        if features in list_presets():
-            feature_config = get_preset(features)
-        elif Path(features).is_file():
-            feature_config = FeatureConfig.from_template_file(features)
+    data = _config_file(options.config_file) if options.config_file is not None else TaggerConfig().to_dict()
+    if options.features is not None:
+        if options.features in list_presets():
+            feature_config = get_preset(options.features)
+        elif Path(options.features).is_file():
+            feature_config = FeatureConfig.from_template_file(options.features)
         else:
-            get_preset(features)  # raises ConfigError naming the presets
+            get_preset(options.features)  # raises ConfigError naming the presets
         data["features"] = feature_config.to_dict()
-    named = {
-        ("model", "likelihood"): likelihood,
-        ("model", "num_inducing"): inducing,
-        ("training", "epochs"): epochs,
-        ("training", "max_steps"): max_steps,
-        ("training", "seed"): seed,
-        ("training", "devices"): devices,
-        ("training", "strategy"): strategy,
-    }
-    for (section, key), value in named.items():
+    for option, value in options.named.items():
         if value is None:
             continue
+        section, key = NAMED_OPTIONS[option].split(".")
         if key not in data[section]:
-            raise ConfigError(f"--{key} is not supported by this gpseq's {section} configuration "
+            raise ConfigError(f"{option} is not supported by this gpseq's {section} configuration "
                               f"(no {section}.{key})")
         data[section][key] = value
-    if inducing is not None and data["model"]["kernel"] == "linear":
+    if options.named.get("--inducing") is not None and data["model"]["kernel"] == "linear":
         data["model"]["kernel"] = "linear+rbf"  # inducing inputs ask for the sparse RBF part (SVI)
-    if tag_scheme is not None:
-        data["tag_scheme"] = tag_scheme
-    for assignment in overrides or []:
+    if options.tag_scheme is not None:
+        data["tag_scheme"] = options.tag_scheme
+    for assignment in options.overrides:
         apply_override(data, assignment)
     config = TaggerConfig.from_dict(data)
     config.validate()

@@ -12,7 +12,7 @@ import typer
 
 from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, command, read_labelled,
                               require_file, stderr, stdout, tagger_module)
-from gpseq.cli.config import build_config
+from gpseq.cli.config import ConfigOptions, build_config
 from gpseq.cli.outputs import check_train_outputs, train_lock
 
 
@@ -110,8 +110,10 @@ def train(
             from gpseq.corpora import normalise_scheme
 
             tag_scheme = normalise_scheme(tag_scheme)
-        tagger_config = build_config(config, features, likelihood, inducing, epochs, max_steps, seed, tag_scheme,
-                                     devices, strategy, set_)
+        tagger_config = build_config(ConfigOptions(
+            config_file=config, features=features, tag_scheme=tag_scheme, overrides=set_ or [],
+            named={"--likelihood": likelihood, "--inducing": inducing, "--epochs": epochs, "--max-steps": max_steps,
+                   "--seed": seed, "--devices": devices, "--strategy": strategy}))
         sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
         dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding)
                          if dev is not None else None)
