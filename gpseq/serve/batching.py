@@ -169,12 +169,12 @@ class MicroBatcher:
             jobs[0].future.set_exception(error)
             return
         seconds = time.perf_counter() - began
-        at = 0
-        for job in jobs:
-            job.future.set_result(results[at:at + len(job.sentences)])
-            at += len(job.sentences)
-        if self.on_batch is not None:
+        if self.on_batch is not None:  # before the replies, so that a reply's metrics are already counted
             try:
                 self.on_batch(BatchStats(len(jobs), len(sentences), sum(len(s.tokens) for s in sentences), seconds))
             except Exception:  # noqa: BLE001  (metrics never fail a request)
                 log.exception("batch metrics failed")
+        at = 0
+        for job in jobs:
+            job.future.set_result(results[at:at + len(job.sentences)])
+            at += len(job.sentences)

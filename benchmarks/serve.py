@@ -1,0 +1,379 @@
+"""`gpseq serve` under load on 127.0.0.1, against `Tagger.tag` in-process on the same sentences.
+
+    python benchmarks/serve.py [--quick] [--json PATH] [--model DIR] [--clients 32] [--seconds 60]
+                               [--sentences-per-request 8 1]
+
+Sentences: CoNLL-2000 test (`$GPSEQ_CORPORA/conll2000/test.txt`, 2,012 sentences, 47,377
+tokens), sent pre-tokenised as rows [word, POS] (the chunker's features read the POS column).
+A request holds k consecutive sentences (a paragraph; `--sentences-per-request`, each k a load
+phase of its own on the same server).
+
+1. In-process peer: this process loads the model and times `Tagger.tag(all sentences,
+   batch_size=256)` (best of 3, after a warm-up call), before and after the load phases; the
+   ratio uses their mean.
+2. The service: `python -m gpseq serve MODEL --host 127.0.0.1 --port P` in a subprocess (the real
+   command, default settings), ready when GET /health answers 200.
+3. Each load phase: `--clients` concurrent clients (asyncio tasks, one keep-alive HTTP/1.1
+   connection each, a minimal client of asyncio streams), each POSTing its next request as soon as the previous one is answered, for
+   `--seconds`. Recorded: status of every request (anything but 200, or a client exception, is an
+   error), latency, tokens. Every response's labels are compared with the in-process labels of
+   the same sentences. The server's RSS is sampled every 0.5 s from /proc/PID/status; its CPU
+   time and this process's (the clients) are read before and after.
+4. GET /metrics for the mean batch size, then SIGTERM: the server must exit 0.
+
+Only 127.0.0.1 is contacted. The JSON (`--json`) is flat: the first request size's figures under
+plain names, every size's under `k{size}_...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from _common import ROOT, corpora_root, machine
+
+DEFAULT_MODEL = ROOT / "models" / "en_chunk_conll2000"
+
+
+def read_test() -> list:
+    from gpseq.corpora import read_corpus
+
+    path = corpora_root() / "conll2000" / "test.txt"
+    if not path.is_file():
+        sys.exit(f"error: {path} not found (set GPSEQ_CORPORA; see ../shared/corpora/README.md)")
+    return read_corpus(path, "conll")
+
+
+def unlabelled(sentences) -> list:
+    """The sentences as a client sends them: rows [word, POS], no label."""
+    from gpseq.corpora.types import Sentence
+
+    return [Sentence(tokens=list(s.tokens), columns=[row[:2] for row in s.columns]) for s in sentences]
+
+
+def in_process(model_dir: Path, sentences: list, repeats: int) -> tuple[object, list[float]]:
+    """(tagger, tokens/s of each timed `Tagger.tag(sentences, batch_size=256)` call)."""
+    from gpseq.tagger import Tagger
+
+    tagger = Tagger.load(model_dir)
+    tagger.tag(sentences[:8])  # trace the compiled prediction
+    return tagger, time_in_process(tagger, sentences, repeats)
+
+
+def time_in_process(tagger, sentences: list, repeats: int) -> list[float]:
+    n_tokens = sum(len(s.tokens) for s in sentences)
+    rates = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        tagger.tag(sentences, batch_size=256)
+        rates.append(n_tokens / (time.perf_counter() - began))
+    return rates
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (its threads included), seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.samples, self._stop_event = pid, every, [], threading.Event()
+
+    def run(self):
+        began = time.monotonic()
+        while not self._stop_event.wait(self.every):
+            value = rss_mb(self.pid)
+            if value is not None:
+                self.samples.append((time.monotonic() - began, value))
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._stop_event.set()
+        self.join()
+        return self.samples
+
+
+def start_server(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")
+    command = [sys.executable, "-m", "gpseq", "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def wait_ready(url: str, server: subprocess.Popen, limit: float = 300.0) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode} before answering")
+        try:
+            if http_get(url + "/health")[0] == 200:
+                return time.monotonic() - began
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the server did not answer /health within {limit:.0f} s")
+
+
+class Connection:
+    """A minimal HTTP/1.1 keep-alive client connection (asyncio streams): the load generator
+    shares the cores with the server, so it should cost as little CPU per request as it can."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port, self.reader, self.writer = host, port, None, None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        await self.writer.drain()
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("connection closed by the server")
+        status, length, close = int(status_line.split()[1]), None, False
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "connection" and value.strip().lower() == "close":
+                close = True
+        if length is None:
+            raise ConnectionError("reply without Content-Length")
+        payload = await self.reader.readexactly(length)
+        if close:
+            self.close()
+        return status, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def load_phase(port: int, requests: list[tuple[bytes, int, list]], clients: int, seconds: float) -> dict:
+    """`clients` concurrent clients for `seconds`: latencies, tokens, errors, label mismatches."""
+    order = itertools.cycle(range(len(requests)))
+    latencies, tokens, errors, mismatched, error_kinds = [], 0, 0, 0, {}
+    deadline = time.perf_counter() + seconds
+
+    async def one_client():
+        nonlocal tokens, errors, mismatched
+        connection = Connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < deadline:
+                body, n_tokens, expected = requests[next(order)]
+                began = time.perf_counter()
+                try:
+                    status, payload = await connection.post("/tag", body)
+                    data = json.loads(payload) if status == 200 else None
+                except Exception as error:  # noqa: BLE001  (counted, not raised)
+                    status, data = type(error).__name__, None
+                    connection.close()
+                latencies.append(time.perf_counter() - began)
+                if status != 200:
+                    errors += 1
+                    error_kinds[str(status)] = error_kinds.get(str(status), 0) + 1
+                    continue
+                tokens += n_tokens
+                mismatched += sum(s["labels"] != labels for s, labels in zip(data["sentences"], expected))
+        finally:
+            connection.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    wall = time.perf_counter() - began
+    lat = np.asarray(latencies) * 1000
+    return {
+        "requests": len(latencies), "errors": errors, "error_kinds": error_kinds, "tokens": tokens, "wall_s": wall,
+        "tokens_per_s": tokens / wall, "requests_per_s": (len(latencies) - errors) / wall,
+        "latency_p50_ms": float(np.percentile(lat, 50)), "latency_p95_ms": float(np.percentile(lat, 95)),
+        "latency_p99_ms": float(np.percentile(lat, 99)), "latency_max_ms": float(lat.max()),
+        "label_mismatched_sentences": mismatched,
+    }
+
+
+def batch_figures(metrics_text: str) -> tuple[float, float, float]:
+    """(batches, requests, sentences) tagged so far, from the server's Prometheus text."""
+    def total(name: str) -> float:
+        return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", metrics_text, re.M))
+
+    return total("gpseq_batches_total"), total("gpseq_batch_requests_sum"), total("gpseq_sentences_tagged_total")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--sentences-per-request", type=int, nargs="+", default=[8, 1])
+    parser.add_argument("--quick", action="store_true", help="10 s, one request size (8), in-process timed once")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.sentences_per_request = min(args.seconds, 10.0), args.sentences_per_request[:1]
+    repeats = 1 if args.quick else 3
+
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    sentences = unlabelled(read_test())
+    n_tokens = sum(len(s.tokens) for s in sentences)
+    print(f"CoNLL-2000 test: {len(sentences):,} sentences, {n_tokens:,} tokens; model {args.model}", flush=True)
+
+    tagger, before = in_process(args.model, sentences, repeats)
+    expected = [r.labels for r in tagger.tag(sentences, batch_size=256)]
+    print(f"in-process Tagger.tag (batch_size 256): {max(before):,.0f} tokens/s (best of {repeats})", flush=True)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = Path(tempfile.mkdtemp(prefix="gpseq-serve-bench-")) / "server.log"
+    server = start_server(args.model, port, log_path)
+    result: dict = {}
+    try:
+        ready_s = wait_ready(url, server)
+        print(f"server ready after {ready_s:.1f} s (pid {server.pid}, log {log_path})", flush=True)
+        phases = {}
+        for k in args.sentences_per_request:
+            requests = []
+            for start in range(0, len(sentences), k):
+                chunk = sentences[start:start + k]
+                body = json.dumps({"sentences": [s.columns for s in chunk]}).encode()
+                requests.append((body, sum(len(s.tokens) for s in chunk), expected[start:start + k]))
+            metrics_before = batch_figures(http_get(url + "/metrics")[1])
+            sampler = RssSampler(server.pid)
+            sampler.start()
+            server_cpu, client_cpu, load_before = cpu_seconds(server.pid), time.process_time(), os.getloadavg()[0]
+            phase = asyncio.run(load_phase(port, requests, args.clients, args.seconds))
+            phase["server_cpu_s"] = cpu_seconds(server.pid) - server_cpu
+            phase["client_cpu_s"] = time.process_time() - client_cpu
+            phase["load_average_1min"] = round((load_before + os.getloadavg()[0]) / 2, 2)
+            samples = sampler.stop()
+            metrics_after = batch_figures(http_get(url + "/metrics")[1])
+            batches, merged, tagged = (a - b for a, b in zip(metrics_after, metrics_before))
+            rss = [v for _, v in samples]
+            half = len(rss) // 2
+            phase.update({
+                "sentences_per_request": k,
+                "mean_requests_per_batch": merged / max(batches, 1),
+                "mean_sentences_per_batch": tagged / max(batches, 1),
+                "rss_start_mb": rss[0], "rss_peak_mb": max(rss), "rss_end_mb": rss[-1],
+                "rss_peak_first_half_mb": max(rss[:half] or rss), "rss_peak_second_half_mb": max(rss[half:]),
+                "rss_samples": len(rss),
+            })
+            phases[k] = phase
+            print(f"{args.clients} clients × {k} sentence(s)/request, {phase['wall_s']:.0f} s: "
+                  f"{phase['tokens_per_s']:,.0f} tokens/s, {phase['requests_per_s']:,.1f} requests/s, "
+                  f"p50/p95/p99 {phase['latency_p50_ms']:.0f}/{phase['latency_p95_ms']:.0f}/"
+                  f"{phase['latency_p99_ms']:.0f} ms, errors {phase['errors']}, "
+                  f"{phase['mean_sentences_per_batch']:.0f} sentences/batch, RSS {rss[0]:.0f} → peak "
+                  f"{max(rss):.0f} → {rss[-1]:.0f} MiB", flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            exit_code = server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            exit_code = "killed after 60 s"
+    after = time_in_process(tagger, sentences, repeats)
+    print(f"in-process again: {max(after):,.0f} tokens/s; server exit code after SIGTERM: {exit_code}", flush=True)
+
+    inprocess = (max(before) + max(after)) / 2
+    first = phases[args.sentences_per_request[0]]
+    result = {
+        "benchmark": "serve", "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "git": commit,
+        "machine": machine(), "model": str(args.model), "clients": args.clients, "seconds": args.seconds,
+        "corpus": "CoNLL-2000 test", "corpus_sentences": len(sentences), "corpus_tokens": n_tokens,
+        "server_ready_s": round(ready_s, 1), "server_exit_code_after_sigterm": exit_code,
+        "inprocess_tokens_per_s": inprocess, "inprocess_tokens_per_s_before": max(before),
+        "inprocess_tokens_per_s_after": max(after),
+        "served_tokens_per_s": first["tokens_per_s"], "served_requests_per_s": first["requests_per_s"],
+        "served_vs_inprocess": first["tokens_per_s"] / inprocess,
+        "latency_p50_ms": first["latency_p50_ms"], "latency_p95_ms": first["latency_p95_ms"],
+        "latency_p99_ms": first["latency_p99_ms"], "errors": first["errors"],
+        "rss_peak_mb": first["rss_peak_mb"], "sentences_per_request": first["sentences_per_request"],
+    }
+    for k, phase in phases.items():
+        for key, value in phase.items():
+            result[f"k{k}_{key}"] = value
+        result[f"k{k}_served_vs_inprocess"] = phase["tokens_per_s"] / inprocess
+    table = report(result, phases)
+    print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.with_suffix(".txt").write_text(table + "\n")
+
+
+def report(result: dict, phases: dict) -> str:
+    lines = [
+        f"gpseq serve load test, {result['date']}, git {result['git']}, {result['machine']}",
+        f"model {result['model']}; {result['corpus']}: {result['corpus_sentences']:,} sentences, "
+        f"{result['corpus_tokens']:,} tokens; {result['clients']} clients, {result['seconds']:.0f} s per phase",
+        f"in-process Tagger.tag(batch_size=256): {result['inprocess_tokens_per_s_before']:,.0f} tokens/s before, "
+        f"{result['inprocess_tokens_per_s_after']:,.0f} after (mean {result['inprocess_tokens_per_s']:,.0f})",
+        "",
+        "| sentences/request | tokens/s | vs in-process | requests/s | p50 ms | p95 ms | p99 ms | errors | "
+        "sentences/batch | RSS start → peak → end MiB | server CPU s | client CPU s | load avg |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for k, p in phases.items():
+        lines.append(
+            f"| {k} | {p['tokens_per_s']:,.0f} | {p['tokens_per_s'] / result['inprocess_tokens_per_s']:.0%} | "
+            f"{p['requests_per_s']:,.1f} | {p['latency_p50_ms']:.0f} | {p['latency_p95_ms']:.0f} | "
+            f"{p['latency_p99_ms']:.0f} | {p['errors']} | {p['mean_sentences_per_batch']:.0f} | "
+            f"{p['rss_start_mb']:.0f} → {p['rss_peak_mb']:.0f} → {p['rss_end_mb']:.0f} | {p['server_cpu_s']:.0f} | "
+            f"{p['client_cpu_s']:.0f} | {p['load_average_1min']} |")
+    mismatched = sum(p["label_mismatched_sentences"] for p in phases.values())
+    lines += ["", f"responses whose labels differ from in-process Tagger.tag: {mismatched} sentences; "
+                  f"server exit code after SIGTERM: {result['server_exit_code_after_sigterm']}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

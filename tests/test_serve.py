@@ -1,0 +1,595 @@
+"""`gpseq serve` (gpseq/serve/): every endpoint, every error path, the response schema, equality
+with `Tagger.tag`, batching of concurrent requests, timeouts, a full queue, graceful shutdown.
+
+Two tiny models of the default training on the bundled sample (a tokens-only one that takes raw
+text, and one whose features read the POS column, which takes rows). Answers are checked against
+`Tagger.tag` called directly on the same sentences, spans against a hand reading of the IOB2
+labels, raw-text sentences against spaCy's sentencizer called here. Only 127.0.0.1 is contacted,
+every wait is bounded. Skips when the serve extra (FastAPI, uvicorn, prometheus-client) or httpx
+is absent; .ci/run installs them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "corpora" / "sample"
+TEXT = "The committee approved the new budget on Tuesday. It will fund three small projects.\n\nA second paragraph."
+LIMITS = dict(max_chars=3_000, max_sentences=20, max_tokens=400, max_body_bytes=30_000, max_samples=8,
+              request_timeout=120.0)
+WAIT = 60.0  # seconds any test waits for a thread or a server, at most
+
+
+# ---- models and clients --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """{"text": (dir, Tagger) of a tokens-only model, "rows": one reading the POS column}."""
+    from gpseq.corpora import read_conll
+    from gpseq.features import get_preset
+    from gpseq.tagger import Tagger, TaggerConfig
+    from gpseq.training.config import TrainingConfig
+
+    if not (SAMPLE / "train.conll").is_file():
+        pytest.skip("the bundled sample corpus is absent")
+    train = read_conll(SAMPLE / "train.conll")
+    base = tmp_path_factory.mktemp("serve_models")
+    out = {}
+    for name, preset in (("text", "ner"), ("rows", "chunking")):
+        config = TaggerConfig(features=get_preset(preset), training=TrainingConfig(max_steps=30, dev_fraction=0.0,
+                                                                                   seed=1))
+        directory = Tagger.train(train, config).save(base / name)
+        out[name] = (directory, Tagger.load(directory))
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(trained):
+    from gpseq.serve.models import ServedModel
+    from gpseq.model_meta import read_model_meta
+
+    return {name: ServedModel(name, tagger, directory, read_model_meta(directory))
+            for name, (directory, tagger) in trained.items()}
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    from gpseq.serve.app import create_app
+    from gpseq.serve.settings import ServeSettings
+
+    with TestClient(create_app(served, ServeSettings(**LIMITS))) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def test_sentences():
+    from gpseq.corpora import read_conll
+
+    return read_conll(SAMPLE / "test.conll")
+
+
+class GatedTagger:
+    """A Tagger whose `tag` records its calls and waits for `release` (a batch held in flight)."""
+
+    def __init__(self, tagger):
+        self.inner, self.calls = tagger, []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def tag(self, sentences, **options):
+        self.calls.append((len(sentences), options))
+        self.entered.set()
+        assert self.release.wait(WAIT), "the test never released the gate"
+        return self.inner.tag(sentences, **options)
+
+
+def gated_app(trained, name="text", **settings):
+    from gpseq.serve.app import create_app
+    from gpseq.serve.models import ServedModel
+    from gpseq.serve.settings import ServeSettings
+
+    directory, tagger = trained[name]
+    gate = GatedTagger(tagger)
+    return create_app({name: ServedModel(name, gate, directory)}, ServeSettings(**{**LIMITS, **settings}),
+                      warm_up=False), gate
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# ---- independent references ----------------------------------------------------------------------
+def iob2_chunks(labels: list[str]) -> list[tuple[str, int, int]]:
+    """(type, start, end_exclusive) of IOB2 labels, read by hand (conlleval: an I- after O or
+    another type starts a chunk)."""
+    chunks, start, kind = [], None, None
+    for t, label in enumerate(labels + ["O"]):
+        prefix, _, this = label.partition("-")
+        if start is not None and (prefix in ("B", "O") or this != kind):
+            chunks.append((kind, start, t))
+            start = kind = None
+        if prefix in ("B", "I") and start is None:
+            start, kind = t, this
+    return chunks
+
+
+def assert_record_equals(record: dict, reference, *, exact: bool = True) -> None:
+    """A served sentence against `Tagger.tag`'s TaggedSentence for the same tokens."""
+    assert record["tokens"] == reference.tokens
+    assert record["labels"] == reference.labels
+    tolerance = 1e-6 if exact else 1e-4  # merged batches: float32 sums in another order
+    assert record["confidences"] == pytest.approx(reference.confidences, abs=tolerance)
+    assert record["sequence_log_prob"] == pytest.approx(reference.sequence_log_prob, rel=1e-4, abs=1e-4)
+    expected_spans = [[kind, start, end, math.prod(reference.confidences[start:end])]
+                      for kind, start, end in iob2_chunks(reference.labels)]
+    assert [s[:3] for s in record["spans"]] == [s[:3] for s in expected_spans]
+    assert [s[3] for s in record["spans"]] == pytest.approx([s[3] for s in expected_spans], abs=tolerance)
+
+
+def spacy_sentences(text: str) -> list[list[str]]:
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    return [[t.text for t in sent if not t.is_space] for paragraph in text.split("\n\n")
+            for sent in nlp(paragraph).sents if any(not t.is_space for t in sent)]
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The sum of a Prometheus series' samples whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"^{name}(?:{{(.*)}})? (\S+)$", line)
+        if match:
+            found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(match.group(2))
+    return total
+
+
+# ---- POST /tag: equal to Tagger.tag --------------------------------------------------------------
+def test_tag_sentences_equal_tagger_tag(client, trained, test_sentences):
+    tagger = trained["text"][1]
+    sentences = [s.tokens for s in test_sentences[:6]]
+    reply = client.post("/tag", json={"model": "text", "sentences": sentences})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["model"] == "text"
+    assert body["n_sentences"] == 6 and body["n_tokens"] == sum(map(len, sentences))
+    for record, reference in zip(body["sentences"], tagger.tag(sentences), strict=True):
+        assert_record_equals(record, reference)
+        assert "distributions" not in record
+
+
+def test_the_first_model_is_the_default(client, trained):
+    reply = client.post("/tag", json={"sentences": [["A", "small", "test", "."]]})
+    assert reply.status_code == 200 and reply.json()["model"] == "text"
+
+
+def test_tag_rows_for_a_model_that_reads_the_pos_column(client, trained, test_sentences):
+    from gpseq.corpora import Sentence
+
+    tagger = trained["rows"][1]
+    rows = [[[token, columns[1]] for token, columns in zip(s.tokens, s.columns)] for s in test_sentences[:5]]
+    reply = client.post("/tag", json={"model": "rows", "sentences": rows})
+    assert reply.status_code == 200, reply.text
+    references = tagger.tag([Sentence(tokens=[r[0] for r in s], columns=s) for s in rows])
+    for record, reference in zip(reply.json()["sentences"], references, strict=True):
+        assert_record_equals(record, reference)
+
+
+def test_tag_raw_text_as_gpseq_tag_reads_it(client, trained):
+    tagger = trained["text"][1]
+    reply = client.post("/tag", json={"text": TEXT})
+    assert reply.status_code == 200, reply.text
+    records = reply.json()["sentences"]
+    expected = spacy_sentences(TEXT)
+    assert [r["tokens"] for r in records] == expected
+    assert [r["line"] for r in records] == [1, 1, 3] and {r["source"] for r in records} == {"text"}
+    for record, reference in zip(records, tagger.tag(expected), strict=True):
+        assert_record_equals(record, reference)
+
+
+def test_full_distribution(client, trained):
+    tagger = trained["text"][1]
+    reply = client.post("/tag", json={"sentences": [["Prices", "rose", "."]], "full_distribution": True})
+    record = reply.json()["sentences"][0]
+    reference = tagger.tag([["Prices", "rose", "."]])[0]
+    assert len(record["distributions"]) == 3
+    for t, distribution in enumerate(record["distributions"]):
+        assert list(distribution) == tagger.labels
+        assert sum(distribution.values()) == pytest.approx(1.0, abs=1e-4)
+        assert distribution == pytest.approx(reference.distribution(t), abs=1e-6)
+        assert distribution[record["labels"][t]] == record["confidences"][t]
+
+
+def test_mean_and_samples_options_equal_tagger_tag(client, trained, test_sentences):
+    tagger = trained["text"][1]
+    sentences = [s.tokens for s in test_sentences[6:9]]
+    for options, reference in (({"samples": 4}, tagger.tag(sentences, samples=4)),
+                               ({"mean": True}, tagger.tag(sentences, mean=True)),
+                               ({"samples": 3, "mean": True}, tagger.tag(sentences, samples=3, mean=True))):
+        reply = client.post("/tag", json={"sentences": sentences, **options})
+        assert reply.status_code == 200, reply.text
+        for record, expected in zip(reply.json()["sentences"], reference, strict=True):
+            assert_record_equals(record, expected)
+
+
+def test_response_schema(client):
+    reply = client.post("/tag", json={"sentences": [["Stocks", "fell", "sharply", "."]], "full_distribution": True})
+    assert reply.headers["content-type"] == "application/json"
+    body = reply.json()
+    assert set(body) == {"model", "n_sentences", "n_tokens", "sentences"}
+    record = body["sentences"][0]
+    assert list(record) == ["source", "line", "tokens", "labels", "confidences", "distributions", "spans",
+                            "sequence_log_prob"]  # the keys and order of `gpseq tag --format jsonl`
+    assert record["source"] is None and record["line"] is None
+    assert all(isinstance(p, float) and 0 <= p <= 1 for p in record["confidences"])
+    for kind, start, end, probability in record["spans"]:
+        assert isinstance(kind, str) and 0 <= start < end <= 4 and 0 <= probability <= 1
+    assert isinstance(record["sequence_log_prob"], float) and record["sequence_log_prob"] <= 0
+
+
+# ---- the other endpoints ---------------------------------------------------------------------------
+def test_models_endpoint(client, trained):
+    reply = client.get("/models")
+    assert reply.status_code == 200
+    body = reply.json()
+    from gpseq import __version__
+
+    assert body["gpseq_version"] == __version__
+    assert [m["name"] for m in body["models"]] == ["text", "rows"]
+    assert [m["default"] for m in body["models"]] == [True, False]
+    for model in body["models"]:
+        directory, tagger = trained[model["name"]]
+        meta = json.loads((directory / "tagger.json").read_text())
+        assert model["labels"] == meta["labels"]
+        assert model["version"] == {"gpseq": meta["gpseq_version"], "format_version": meta["format_version"]}
+        assert model["features"]["n_features"] == meta["num_features"]
+        assert model["path"] == str(directory)
+        assert model["span_scheme"] == "iob2"
+        assert model["scores"]["method"] == meta["scores"]["method"]
+    text, rows = body["models"]
+    assert text["input"] == {"text": True, "row_fields": 1, "columns": []}
+    assert rows["input"] == {"text": False, "row_fields": 2, "columns": [1]}
+
+
+def test_health(client):
+    reply = client.get("/health")
+    assert reply.status_code == 200
+    assert reply.json() == {"status": "ok", "models": {"text": {"ready": True, "queued": 0},
+                                                       "rows": {"ready": True, "queued": 0}}}
+
+
+def test_metrics_count_requests_tokens_and_errors(client):
+    before = client.get("/metrics").text
+    tokens = [["One", "two", "three", "."], ["Four", "five", "."]]
+    assert client.post("/tag", json={"sentences": tokens}).status_code == 200
+    assert client.post("/tag", json={"text": ""}).status_code == 422
+    reply = client.get("/metrics")
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    after = reply.text
+    delta = [metric(after, name, **labels) - metric(before, name, **labels) for name, labels in (
+        ("gpseq_requests_total", {"endpoint": "/tag", "status": "200"}),
+        ("gpseq_requests_total", {"endpoint": "/tag", "status": "422"}),
+        ("gpseq_request_errors_total", {"endpoint": "/tag", "status": "422"}),
+        ("gpseq_tokens_tagged_total", {"model": "text"}),
+        ("gpseq_sentences_tagged_total", {"model": "text"}),
+        ("gpseq_request_duration_seconds_count", {"endpoint": "/tag"}),
+    )]
+    assert delta == [1, 1, 1, 7, 2, 2]
+    assert 'gpseq_request_duration_seconds_bucket{endpoint="/tag",le="0.005"}' in after
+    assert "# TYPE gpseq_request_duration_seconds histogram" in after
+    assert metric(after, "gpseq_queue_requests", model="text") == 0
+    assert metric(after, "gpseq_batches_total", model="text") >= 1
+
+
+def test_openapi_documentation(client):
+    schema = client.get("/openapi.json").json()
+    assert {"/tag", "/models", "/health", "/metrics"} <= set(schema["paths"])
+    tag = schema["paths"]["/tag"]["post"]
+    assert tag["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TagRequest")
+    assert {"200", "400", "404", "413", "422", "503", "504"} <= set(tag["responses"])
+    request = schema["components"]["schemas"]["TagRequest"]
+    assert {"model", "text", "sentences", "samples", "mean", "full_distribution"} == set(request["properties"])
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+# ---- every error path: a 4xx with one line, and the service still answers -------------------------
+BAD_REQUESTS = [
+    # (id, body bytes, headers, status, a fragment of the reason)
+    ("malformed-json", b'{"text": ', None, 400, "malformed JSON"),
+    ("invalid-utf8", b'{"text": "caf\xe9"}', None, 400, "not valid UTF-8"),
+    ("empty-body", b"", None, 422, "empty body"),
+    ("not-an-object", b'["a", "b"]', None, 422, "JSON object"),
+    ("null", b"null", None, 422, "JSON object"),
+    ("neither-input", b'{"mean": true}', None, 422, "exactly one"),
+    ("both-inputs", b'{"text": "a", "sentences": [["a"]]}', None, 422, "exactly one"),
+    ("text-wrong-type", b'{"text": 3}', None, 422, "text"),
+    ("empty-text", b'{"text": ""}', None, 422, "empty"),
+    ("whitespace-text", b'{"text": " \\n\\t "}', None, 422, "empty"),
+    ("sentences-wrong-type", b'{"sentences": "a b c"}', None, 422, "sentences"),
+    ("token-wrong-type", b'{"sentences": [["a", 1]]}', None, 422, "sentences.0"),
+    ("no-sentences", b'{"sentences": []}', None, 422, "sentences"),
+    ("empty-sentence", b'{"sentences": [["a"], []]}', None, 422, "sentences.1"),
+    ("empty-token", b'{"sentences": [["a", ""]]}', None, 422, "sentences.0"),
+    ("unknown-field", b'{"text": "a", "sample": 3}', None, 422, "sample: unknown field"),
+    ("samples-as-string", b'{"text": "a", "samples": "3"}', None, 422, "samples"),
+    ("samples-zero", b'{"text": "a", "samples": 0}', None, 422, "samples"),
+    ("samples-over-limit", b'{"text": "a", "samples": 9}', None, 422, "limit is 8"),
+    ("mean-as-string", b'{"text": "a", "mean": "yes"}', None, 422, "mean"),
+    ("unpaired-surrogate-text", b'{"text": "a \\ud800 b"}', None, 422, "surrogate"),
+    ("unpaired-surrogate-token", b'{"sentences": [["a", "\\udfff"]]}', None, 422, "unicode string"),
+    ("unknown-model", b'{"model": "nope", "text": "a"}', None, 404, "unknown model 'nope'"),
+    ("text-for-a-rows-model", b'{"model": "rows", "text": "a b"}', None, 422, "rows"),
+    ("tokens-for-a-rows-model", b'{"model": "rows", "sentences": [["a", "b"]]}', None, 422, "row"),
+    ("short-row", b'{"model": "rows", "sentences": [[["a", "DT"], ["b"]]]}', None, 422, "sentences[0][1]"),
+    ("mixed-rows-and-tokens", b'{"model": "rows", "sentences": [[["a", "DT"], "b"]]}', None, 422, "sentences.0"),
+    ("not-json", b"text=a", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+    ("too-many-chars", json.dumps({"text": "word " * 700}).encode(), None, 413, "3,000"),
+    ("too-many-sentences", json.dumps({"sentences": [["a"]] * 21}).encode(), None, 413, "sentences"),
+    ("too-many-tokens", json.dumps({"sentences": [["a"] * 401]}).encode(), None, 413, "tokens"),
+    ("text-with-too-many-sentences", json.dumps({"text": "Go. " * 25}).encode(), None, 413, "sentences"),
+    ("body-too-large", json.dumps({"text": "a" * 40_000}).encode(), None, 413, "bytes"),
+]
+
+
+@pytest.mark.parametrize("body, headers, status, reason", [case[1:] for case in BAD_REQUESTS],
+                         ids=[case[0] for case in BAD_REQUESTS])
+def test_bad_requests_get_a_one_line_reason(client, body, headers, status, reason):
+    reply = client.post("/tag", content=body, headers=headers or {"Content-Type": "application/json"})
+    assert reply.status_code == status, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    error = reply.json()
+    assert list(error) == ["error"] and "\n" not in error["error"] and error["error"]
+    assert reason in error["error"]
+    assert client.get("/health").status_code == 200
+
+
+def test_a_chunked_body_over_the_limit_is_refused(client):
+    def chunks():
+        yield b'{"text": "'
+        for _ in range(40):
+            yield b"a" * 1000
+        yield b'"}'
+
+    reply = client.post("/tag", content=chunks(), headers={"Content-Type": "application/json"})
+    assert reply.status_code == 413 and "limit" in reply.json()["error"]
+
+
+def test_wrong_method_and_unknown_path(client):
+    assert client.get("/tag").status_code == 405
+    assert client.get("/tag").json() == {"error": "Method Not Allowed"}
+    assert client.get("/nothing").status_code == 404
+    assert client.get("/nothing").json() == {"error": "Not Found"}
+
+
+# ---- batching, timeouts, a full queue ------------------------------------------------------------------
+def test_concurrent_requests_are_tagged_in_one_batch_equal_to_unbatched(trained, test_sentences):
+    app, gate = gated_app(trained)
+    requests = [[s.tokens for s in test_sentences[i:i + 3]] for i in range(0, 18, 3)]  # 6 requests of 3
+    with TestClient(app) as client, ThreadPoolExecutor(len(requests)) as pool:
+        batcher = app.state.batchers["text"]
+        first = pool.submit(client.post, "/tag", json={"sentences": requests[0]})
+        wait_until(gate.entered.is_set, "the first batch")
+        rest = [pool.submit(client.post, "/tag", json={"sentences": r}) for r in requests[1:]]
+        wait_until(lambda: batcher.pending == len(rest), "the other requests to queue")
+        gate.release.set()
+        replies = [first.result(WAIT)] + [future.result(WAIT) for future in rest]
+    assert [n for n, _ in gate.calls] == [3, 15]  # the first alone, the five others merged into one call
+    tagger = trained["text"][1]
+    for sentences, reply in zip(requests, replies):
+        assert reply.status_code == 200, reply.text
+        unbatched = tagger.tag(sentences)  # each request alone
+        for record, reference in zip(reply.json()["sentences"], unbatched, strict=True):
+            assert_record_equals(record, reference, exact=False)
+
+
+def test_monte_carlo_requests_are_tagged_alone(trained, test_sentences):
+    app, gate = gated_app(trained)
+    requests = [[s.tokens for s in test_sentences[i:i + 2]] for i in range(0, 8, 2)]
+    with TestClient(app) as client, ThreadPoolExecutor(len(requests)) as pool:
+        first = pool.submit(client.post, "/tag", json={"sentences": requests[0], "samples": 4})
+        wait_until(gate.entered.is_set, "the first batch")
+        rest = [pool.submit(client.post, "/tag", json={"sentences": r, "samples": 4}) for r in requests[1:]]
+        wait_until(lambda: app.state.batchers["text"].pending == len(rest), "the other requests to queue")
+        gate.release.set()
+        replies = [first.result(WAIT)] + [future.result(WAIT) for future in rest]
+    assert [n for n, _ in gate.calls] == [2, 2, 2, 2]
+    tagger = trained["text"][1]
+    for sentences, reply in zip(requests, replies):
+        for record, reference in zip(reply.json()["sentences"], tagger.tag(sentences, samples=4), strict=True):
+            assert_record_equals(record, reference)  # the same draws as Tagger.tag on the request alone
+
+
+def test_a_request_not_tagged_in_time_gets_504_and_the_service_goes_on(trained):
+    app, gate = gated_app(trained, request_timeout=0.3)
+    with TestClient(app) as client:
+        reply = client.post("/tag", json={"sentences": [["Slow", "one", "."]]})
+        assert reply.status_code == 504 and "0.3 s" in reply.json()["error"]
+        gate.release.set()
+        app.state.settings.request_timeout = WAIT
+        reply = client.post("/tag", json={"sentences": [["Fast", "one", "."]]})
+        assert reply.status_code == 200
+        assert reply.json()["sentences"][0]["labels"] == trained["text"][1].tag([["Fast", "one", "."]])[0].labels
+
+
+def test_a_full_queue_gets_503(trained):
+    app, gate = gated_app(trained, max_queue=1)
+    with TestClient(app) as client, ThreadPoolExecutor(2) as pool:
+        held = pool.submit(client.post, "/tag", json={"sentences": [["In", "flight"]]})
+        wait_until(gate.entered.is_set, "the first batch")
+        queued = pool.submit(client.post, "/tag", json={"sentences": [["Queued"]]})
+        wait_until(lambda: app.state.batchers["text"].pending == 1, "the second request to queue")
+        refused = client.post("/tag", json={"sentences": [["Refused"]]})
+        assert refused.status_code == 503 and "retry" in refused.json()["error"]
+        assert refused.headers["retry-after"] == "1"
+        gate.release.set()
+        assert held.result(WAIT).status_code == 200 and queued.result(WAIT).status_code == 200
+
+
+def test_a_failing_batch_fails_only_its_own_request(trained):
+    from gpseq.errors import GpseqError
+
+    class Picky(GatedTagger):
+        def tag(self, sentences, **options):
+            if any("poison" in s.tokens for s in sentences):
+                raise GpseqError("cannot tag 'poison'")
+            return super().tag(sentences, **options)
+
+    app, gate = gated_app(trained)
+    picky = Picky(gate.inner)
+    app.state.models["text"].tagger = picky
+    with TestClient(app) as client, ThreadPoolExecutor(3) as pool:
+        picky.release.set()
+        futures = [pool.submit(client.post, "/tag", json={"sentences": [tokens]})
+                   for tokens in (["good", "one"], ["poison"], ["good", "two"])]
+        replies = [f.result(WAIT) for f in futures]
+    assert [r.status_code for r in replies] == [200, 422, 200]
+    assert replies[1].json() == {"error": "cannot tag 'poison'"}
+
+
+# ---- a real server: graceful shutdown, the command -----------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_graceful_shutdown_answers_the_request_in_flight(trained):
+    import httpx
+    import uvicorn
+
+    app, gate = gated_app(trained)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)  # not the main thread: no signal handlers
+    thread.start()
+    wait_until(lambda: server.started, "the server to start")
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(httpx.post, f"http://127.0.0.1:{port}/tag",
+                                json={"sentences": [["Still", "answered", "."]]}, timeout=WAIT)
+        wait_until(gate.entered.is_set, "the request to reach the model")
+        server.should_exit = True  # what SIGTERM / Ctrl-C set
+        time.sleep(0.3)
+        assert thread.is_alive()  # waiting for the request in flight
+        gate.release.set()
+        reply = in_flight.result(WAIT)
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert reply.status_code == 200
+    assert reply.json()["sentences"][0]["labels"] == trained["text"][1].tag([["Still", "answered", "."]])[0].labels
+    assert not app.state.batchers  # stopped at shutdown
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_serve_command_end_to_end_and_sigterm(trained, tmp_path):
+    import httpx
+
+    directory, tagger = trained["text"]
+    port = free_port()
+    log = tmp_path / "server.log"
+    with open(log, "w") as handle:
+        server = subprocess.Popen([sys.executable, "-m", "gpseq", "serve", f"tiny={directory}", "--port", str(port)],
+                                  stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "gpseq serve did not answer /health in 240 s"
+            time.sleep(0.5)
+        reply = httpx.post(f"http://127.0.0.1:{port}/tag", json={"text": TEXT}, timeout=WAIT)
+        assert reply.status_code == 200 and reply.json()["model"] == "tiny"
+        expected = tagger.tag(spacy_sentences(TEXT))
+        assert [r["labels"] for r in reply.json()["sentences"]] == [r.labels for r in expected]
+        server.send_signal(signal.SIGTERM)
+        server.wait(WAIT)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(WAIT)
+    output = log.read_text()
+    assert "Application shutdown complete" in output and "Traceback" not in output
+    assert "serving tiny" in output
+
+
+def test_serve_command_without_the_extra_says_how_to_install_it(monkeypatch, trained):
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` raises ImportError
+    result = CliRunner().invoke(app, ["serve", str(trained["text"][0])])
+    assert result.exit_code != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'gpseq[serve]'" in lines[0] and "fastapi" in lines[0]
+
+
+@pytest.mark.parametrize("arguments, code, reason", [
+    (["no/such/model"], 2, "no such model directory"),
+    (["TEXT", "TEXT"], 4, "two models named"),
+    (["TEXT", "--max-chars", "0"], 4, "max_chars"),
+])
+def test_serve_command_errors(trained, arguments, code, reason):
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    arguments = [str(trained["text"][0]) if a == "TEXT" else a for a in arguments]
+    result = CliRunner().invoke(app, ["serve", *arguments])
+    assert result.exit_code == code, result.output
+    assert reason in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_model_names_on_the_command_line(tmp_path):
+    from gpseq.serve.models import parse_model_spec
+
+    assert parse_model_spec("models/en_pos") == ("en_pos", Path("models/en_pos"))
+    assert parse_model_spec("pos=models/en_pos") == ("pos", Path("models/en_pos"))
+    odd = tmp_path / "a=b"
+    odd.mkdir()
+    assert parse_model_spec(str(odd)) == ("a=b", odd)  # an existing directory wins over NAME=DIR
+
+
+def test_the_serve_extra_is_optional():
+    """`pip install gpseq` does not bring the ASGI stack; `gpseq[serve]` does."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = " ".join(project["dependencies"]).lower()
+    for name in ("fastapi", "uvicorn", "prometheus"):
+        assert name not in required
+        assert any(d.lower().startswith(name) for d in project["optional-dependencies"]["serve"])
