@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from gpseq.errors import ConfigError
+from gpseq.structured.likelihoods import LIKELIHOODS
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")
-LIKELIHOODS = ("exact", "pseudo")  # the names `gpseq.structured.likelihoods.LIKELIHOODS` maps to objects
 
 
 @dataclass

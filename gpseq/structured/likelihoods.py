@@ -6,17 +6,16 @@ only the score-function estimator trains a likelihood that is not) and
     log_prob(labels [B, T], unary [..., B, T, V], pairwise [..., V, V], lengths [B]) → [..., B]
 
 The inference engine (`gpseq.structured.model.StructuredGP`) only ever calls `log_prob`: a new
-likelihood plugs in without touching it (seed §1, §5).
+likelihood plugs in without touching it (seed §1, §5). TensorFlow is imported when a likelihood is
+evaluated, not with this module: `LIKELIHOODS` names the choices of the TensorFlow-free
+`ModelConfig`.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import tensorflow as tf
-
 from gpseq.errors import ConfigError
-from gpseq.structured import chain
 
 
 class ExactChain:
@@ -26,6 +25,8 @@ class ExactChain:
     differentiable = True
 
     def log_prob(self, labels, unary, pairwise, lengths):
+        from gpseq.structured import chain
+
         return chain.log_likelihood(labels, unary, pairwise, lengths)
 
 
@@ -37,6 +38,8 @@ class PiecewisePseudoLikelihood:
     differentiable = True
 
     def log_prob(self, labels, unary, pairwise, lengths):
+        from gpseq.structured import chain
+
         return chain.pseudo_log_likelihood(labels, unary, pairwise, lengths)
 
 
@@ -52,6 +55,8 @@ class BlackBoxLikelihood:
         self.name = name or getattr(function, "__name__", "black-box")
 
     def log_prob(self, labels, unary, pairwise, lengths):
+        import tensorflow as tf
+
         out = tf.numpy_function(self.function, [labels, unary, pairwise, lengths], unary.dtype, stateful=False)
         return tf.ensure_shape(out, unary.shape[:-2])
 
