@@ -1,7 +1,7 @@
 """`gpseq serve` under load on 127.0.0.1, against `Tagger.tag` in-process on the same sentences.
 
     python benchmarks/serve.py [--quick] [--json PATH] [--model DIR] [--clients 32] [--seconds 60]
-                               [--sentences-per-request 8 1]
+                               [--sentences-per-request 8 1 32]
 
 Sentences: CoNLL-2000 test (`$GPSEQ_CORPORA/conll2000/test.txt`, 2,012 sentences, 47,377
 tokens), sent pre-tokenised as rows [word, POS] (the chunker's features read the POS column).
@@ -68,8 +68,8 @@ def unlabelled(sentences) -> list:
     return [Sentence(tokens=list(s.tokens), columns=[row[:2] for row in s.columns]) for s in sentences]
 
 
-def in_process(model_dir: Path, sentences: list, repeats: int) -> tuple[object, list[float]]:
-    """(tagger, tokens/s of each timed `Tagger.tag(sentences, batch_size=256)` call)."""
+def in_process(model_dir: Path, sentences: list, repeats: int) -> tuple[object, list[tuple[float, float]]]:
+    """(tagger, (tokens/s, tokens per CPU second) of each timed `Tagger.tag(sentences, batch_size=256)`)."""
     from gpseq.tagger import Tagger
 
     tagger = Tagger.load(model_dir)
@@ -77,13 +77,13 @@ def in_process(model_dir: Path, sentences: list, repeats: int) -> tuple[object, 
     return tagger, time_in_process(tagger, sentences, repeats)
 
 
-def time_in_process(tagger, sentences: list, repeats: int) -> list[float]:
+def time_in_process(tagger, sentences: list, repeats: int) -> list[tuple[float, float]]:
     n_tokens = sum(len(s.tokens) for s in sentences)
     rates = []
     for _ in range(repeats):
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         tagger.tag(sentences, batch_size=256)
-        rates.append(n_tokens / (time.perf_counter() - began))
+        rates.append((n_tokens / (time.perf_counter() - began), n_tokens / (time.process_time() - cpu)))
     return rates
 
 
@@ -252,7 +252,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--sentences-per-request", type=int, nargs="+", default=[8, 1])
+    parser.add_argument("--sentences-per-request", type=int, nargs="+", default=[8, 1, 32])
     parser.add_argument("--quick", action="store_true", help="10 s, one request size (8), in-process timed once")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -268,7 +268,7 @@ def main() -> None:
 
     tagger, before = in_process(args.model, sentences, repeats)
     expected = [r.labels for r in tagger.tag(sentences, batch_size=256)]
-    print(f"in-process Tagger.tag (batch_size 256): {max(before):,.0f} tokens/s (best of {repeats})", flush=True)
+    print(f"in-process Tagger.tag (batch_size 256): {max(before)[0]:,.0f} tokens/s (best of {repeats})", flush=True)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -321,17 +321,21 @@ def main() -> None:
             server.kill()
             exit_code = "killed after 60 s"
     after = time_in_process(tagger, sentences, repeats)
-    print(f"in-process again: {max(after):,.0f} tokens/s; server exit code after SIGTERM: {exit_code}", flush=True)
+    graceful = "Application shutdown complete" in log_path.read_text()
+    print(f"in-process again: {max(after)[0]:,.0f} tokens/s; server exit code after SIGTERM: {exit_code} "
+          f"(graceful shutdown logged: {graceful})", flush=True)
 
-    inprocess = (max(before) + max(after)) / 2
+    inprocess = (max(before)[0] + max(after)[0]) / 2
+    inprocess_cpu = (max(r[1] for r in before) + max(r[1] for r in after)) / 2
     first = phases[args.sentences_per_request[0]]
     result = {
         "benchmark": "serve", "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "git": commit,
         "machine": machine(), "model": str(args.model), "clients": args.clients, "seconds": args.seconds,
         "corpus": "CoNLL-2000 test", "corpus_sentences": len(sentences), "corpus_tokens": n_tokens,
         "server_ready_s": round(ready_s, 1), "server_exit_code_after_sigterm": exit_code,
-        "inprocess_tokens_per_s": inprocess, "inprocess_tokens_per_s_before": max(before),
-        "inprocess_tokens_per_s_after": max(after),
+        "server_graceful_shutdown": graceful,
+        "inprocess_tokens_per_s": inprocess, "inprocess_tokens_per_s_before": max(before)[0],
+        "inprocess_tokens_per_s_after": max(after)[0], "inprocess_tokens_per_cpu_s": inprocess_cpu,
         "served_tokens_per_s": first["tokens_per_s"], "served_requests_per_s": first["requests_per_s"],
         "served_vs_inprocess": first["tokens_per_s"] / inprocess,
         "latency_p50_ms": first["latency_p50_ms"], "latency_p95_ms": first["latency_p95_ms"],
@@ -342,6 +346,8 @@ def main() -> None:
         for key, value in phase.items():
             result[f"k{k}_{key}"] = value
         result[f"k{k}_served_vs_inprocess"] = phase["tokens_per_s"] / inprocess
+        result[f"k{k}_served_tokens_per_server_cpu_s"] = phase["tokens"] / max(phase["server_cpu_s"], 1e-9)
+        result[f"k{k}_served_vs_inprocess_per_cpu_s"] = phase["tokens"] / max(phase["server_cpu_s"], 1e-9) / inprocess_cpu
     table = report(result, phases)
     print(table)
     if args.json:
@@ -356,11 +362,13 @@ def report(result: dict, phases: dict) -> str:
         f"model {result['model']}; {result['corpus']}: {result['corpus_sentences']:,} sentences, "
         f"{result['corpus_tokens']:,} tokens; {result['clients']} clients, {result['seconds']:.0f} s per phase",
         f"in-process Tagger.tag(batch_size=256): {result['inprocess_tokens_per_s_before']:,.0f} tokens/s before, "
-        f"{result['inprocess_tokens_per_s_after']:,.0f} after (mean {result['inprocess_tokens_per_s']:,.0f})",
+        f"{result['inprocess_tokens_per_s_after']:,.0f} after (mean {result['inprocess_tokens_per_s']:,.0f}); "
+        f"{result['inprocess_tokens_per_cpu_s']:,.0f} tokens per CPU second",
         "",
         "| sentences/request | tokens/s | vs in-process | requests/s | p50 ms | p95 ms | p99 ms | errors | "
-        "sentences/batch | RSS start → peak → end MiB | server CPU s | client CPU s | load avg |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "sentences/batch | RSS start → peak → end MiB | server CPU s | tokens per server CPU s (vs in-process) | "
+        "client CPU s | load avg |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for k, p in phases.items():
         lines.append(
@@ -368,10 +376,14 @@ def report(result: dict, phases: dict) -> str:
             f"{p['requests_per_s']:,.1f} | {p['latency_p50_ms']:.0f} | {p['latency_p95_ms']:.0f} | "
             f"{p['latency_p99_ms']:.0f} | {p['errors']} | {p['mean_sentences_per_batch']:.0f} | "
             f"{p['rss_start_mb']:.0f} → {p['rss_peak_mb']:.0f} → {p['rss_end_mb']:.0f} | {p['server_cpu_s']:.0f} | "
-            f"{p['client_cpu_s']:.0f} | {p['load_average_1min']} |")
+            f"{result[f'k{k}_served_tokens_per_server_cpu_s']:,.0f} "
+            f"({result[f'k{k}_served_vs_inprocess_per_cpu_s']:.0%}) | {p['client_cpu_s']:.0f} | "
+            f"{p['load_average_1min']} |")
     mismatched = sum(p["label_mismatched_sentences"] for p in phases.values())
     lines += ["", f"responses whose labels differ from in-process Tagger.tag: {mismatched} sentences; "
-                  f"server exit code after SIGTERM: {result['server_exit_code_after_sigterm']}"]
+                  f"server exit code after SIGTERM: {result['server_exit_code_after_sigterm']} (uvicorn re-raises "
+                  f"the signal after its graceful shutdown), graceful shutdown logged: "
+                  f"{result['server_graceful_shutdown']}"]
     return "\n".join(lines)
 
 
