@@ -14,6 +14,7 @@ import typer
 from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
 from gpseq.cli.outputs import check_tag_output, output_file
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
+from gpseq.corpora.formats import FORMATS
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
 from gpseq.writers import WRITERS
@@ -43,7 +44,7 @@ TAG_EXAMPLES = """[b]Examples[/b]
 
 """ + EXIT_CODES
 
-INPUT_FORMATS = ("auto", "text", "conll", "crfpp", "conllu")
+INPUT_FORMATS = ("auto", *FORMATS)  # every format of the corpus registry
 
 
 def iter_inputs(files: list[Path], input_format: str, token_column: int, encoding: str, lang: str,
