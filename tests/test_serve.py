@@ -145,10 +145,8 @@ def assert_record_equals(record: dict, reference, *, exact: bool = True) -> None
     tolerance = 1e-6 if exact else 1e-4  # merged batches: float32 sums in another order
     assert record["confidences"] == pytest.approx(reference.confidences, abs=tolerance)
     assert record["sequence_log_prob"] == pytest.approx(reference.sequence_log_prob, rel=1e-4, abs=1e-4)
-    expected_spans = [[kind, start, end, math.prod(reference.confidences[start:end])]
-                      for kind, start, end in iob2_chunks(reference.labels)]
-    assert [s[:3] for s in record["spans"]] == [s[:3] for s in expected_spans]
-    assert [s[3] for s in record["spans"]] == pytest.approx([s[3] for s in expected_spans], abs=tolerance)
+    assert [tuple(s[:3]) for s in record["spans"]] == iob2_chunks(reference.labels)
+    assert [s[3] for s in record["spans"]] == pytest.approx([float(s[3]) for s in reference.spans], abs=tolerance)
 
 
 def spacy_sentences(text: str) -> list[list[str]]:
@@ -240,14 +238,43 @@ def test_mean_and_samples_options_equal_tagger_tag(client, trained, test_sentenc
             assert_record_equals(record, expected)
 
 
-def test_response_schema(client):
-    reply = client.post("/tag", json={"sentences": [["Stocks", "fell", "sharply", "."]], "full_distribution": True})
+def test_abstention_nbest_span_probs_and_decode_equal_tagger_tag(client, trained, test_sentences):
+    tagger = trained["text"][1]
+    sentences = [s.tokens for s in test_sentences[9:12]]
+    options = {"abstain_below": 0.9, "nbest": 3, "span_probs": "product", "decode": "max-marginal"}
+    reply = client.post("/tag", json={"sentences": sentences, **options})
+    assert reply.status_code == 200, reply.text
+    references = tagger.tag(sentences, abstain_below=0.9, nbest=3, spans="product", decode="max-marginal")
+    for record, reference in zip(reply.json()["sentences"], references, strict=True):
+        assert_record_equals(record, reference)
+        assert record["span_probability"] == "product" or not record["spans"]
+        for kind, start, end, probability in record["spans"]:  # the product of the token marginals
+            assert probability == pytest.approx(math.prod(reference.confidences[start:end]), abs=1e-6)
+        assert record["abstain_below"] == 0.9
+        assert record["abstain"] == [p < 0.9 for p in reference.confidences]
+        assert record["span_abstain"] == [s[3] < 0.9 for s in record["spans"]]
+        assert [n["labels"] for n in record["nbest"]] == [labels for labels, _ in reference.nbest]
+        assert [n["probability"] for n in record["nbest"]] == pytest.approx([p for _, p in reference.nbest], abs=1e-6)
+        assert len(record["nbest"]) == 3 or len(record["tokens"]) == 1
+
+
+def test_response_schema(client, trained):
+    import io
+
+    from gpseq.corpora import Sentence
+    from gpseq.writers import JsonlWriter
+
+    tokens = ["Stocks", "fell", "sharply", "."]
+    reply = client.post("/tag", json={"sentences": [tokens], "full_distribution": True})
     assert reply.headers["content-type"] == "application/json"
     body = reply.json()
     assert set(body) == {"model", "n_sentences", "n_tokens", "sentences"}
     record = body["sentences"][0]
-    assert list(record) == ["source", "line", "tokens", "labels", "confidences", "distributions", "spans",
-                            "sequence_log_prob"]  # the keys and order of `gpseq tag --format jsonl`
+    line = io.StringIO()  # what `gpseq tag --format jsonl` writes for the same sentence
+    JsonlWriter(line, True).write(Sentence(tokens=tokens), trained["text"][1].tag([tokens])[0], "iob2")
+    expected = json.loads(line.getvalue())
+    assert list(record) == list(expected) and record == expected
+    assert {"tokens", "labels", "confidences", "distributions", "spans", "sequence_log_prob"} <= set(record)
     assert record["source"] is None and record["line"] is None
     assert all(isinstance(p, float) and 0 <= p <= 1 for p in record["confidences"])
     for kind, start, end, probability in record["spans"]:
@@ -316,7 +343,8 @@ def test_openapi_documentation(client):
     assert tag["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TagRequest")
     assert {"200", "400", "404", "413", "422", "503", "504"} <= set(tag["responses"])
     request = schema["components"]["schemas"]["TagRequest"]
-    assert {"model", "text", "sentences", "samples", "mean", "full_distribution"} == set(request["properties"])
+    assert {"model", "text", "sentences", "samples", "mean", "full_distribution", "abstain_below", "nbest",
+            "span_probs", "decode"} == set(request["properties"])
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 
@@ -344,6 +372,11 @@ BAD_REQUESTS = [
     ("samples-zero", b'{"text": "a", "samples": 0}', None, 422, "samples"),
     ("samples-over-limit", b'{"text": "a", "samples": 9}', None, 422, "limit is 8"),
     ("mean-as-string", b'{"text": "a", "mean": "yes"}', None, 422, "mean"),
+    ("abstain-below-over-1", b'{"text": "a", "abstain_below": 1.5}', None, 422, "abstain_below"),
+    ("nbest-negative", b'{"text": "a", "nbest": -1}', None, 422, "nbest"),
+    ("nbest-over-limit", b'{"text": "a", "nbest": 21}', None, 422, "limit is 20"),
+    ("unknown-span-probs", b'{"text": "a", "span_probs": "max"}', None, 422, "span_probs"),
+    ("unknown-decoder", b'{"text": "a", "decode": "greedy"}', None, 422, "decode"),
     ("unpaired-surrogate-text", b'{"text": "a \\ud800 b"}', None, 422, "surrogate"),
     ("unpaired-surrogate-token", b'{"sentences": [["a", "\\udfff"]]}', None, 422, "unicode string"),
     ("unknown-model", b'{"model": "nope", "text": "a"}', None, 404, "unknown model 'nope'"),

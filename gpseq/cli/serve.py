@@ -23,7 +23,8 @@ SERVE_EXAMPLES = """[b]Examples[/b]
 [b]Endpoints[/b]
 
   POST /tag      {"text": ...} or {"sentences": [[tokens] | [[token, col1, ...] rows]]},
-                 options model, samples, mean, full_distribution; replies with
+                 options model, samples, mean, full_distribution, abstain_below,
+                 nbest, span_probs, decode (those of gpseq tag); replies with
                  the objects of `gpseq tag --format jsonl`
   GET  /models   labels, features, scores and version of each model
   GET  /health   200 when every model's batch worker runs
@@ -55,6 +56,8 @@ def serve(
     max_tokens: Annotated[int, typer.Option(help="Tokens per request (413).")] = DEFAULTS.max_tokens,
     max_samples: Annotated[int, typer.Option(help="Monte Carlo draws a request may ask for (422).")]
     = DEFAULTS.max_samples,
+    max_nbest: Annotated[int, typer.Option(help="Label sequences (nbest) a request may ask for (422).")]
+    = DEFAULTS.max_nbest,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its tags (504).")]
     = DEFAULTS.request_timeout,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request (uvicorn's access log).")]
@@ -71,7 +74,7 @@ def serve(
     from gpseq.serve.models import load_models
 
     settings = ServeSettings(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
-                             max_tokens=max_tokens, max_samples=max_samples,
+                             max_tokens=max_tokens, max_samples=max_samples, max_nbest=max_nbest,
                              max_batch_sentences=max_batch_sentences, max_wait=max_wait_ms / 1000,
                              max_queue=max_queue, request_timeout=timeout).validate()
     served = load_models(models, load_tagger)

@@ -225,6 +225,10 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
             raise RequestError(404, f"unknown model {name!r}; serving {', '.join(models)}")
         if body.samples is not None and body.samples > settings.max_samples:
             raise RequestError(422, f"samples: {body.samples} draws; the limit is {settings.max_samples}")
+        if body.nbest > settings.max_nbest:
+            raise RequestError(422, f"nbest: {body.nbest} sequences; the limit is {settings.max_nbest}")
+        if body.decode == "span-f1" and served.scheme is None:
+            raise RequestError(422, f"decode span-f1 needs chunk labels; model {served.name!r} has none")
         if body.text is not None:
             if len(body.text) > settings.max_chars:
                 raise RequestError(413, f"text of {len(body.text):,} characters; the limit is {settings.max_chars:,}")
@@ -247,7 +251,9 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         batcher = batchers.get(served.name)
         if batcher is None:
             raise RequestError(503, "not started or shutting down")
-        options = {"samples": body.samples, "mean": True if body.mean else None}  # as `gpseq tag` passes them
+        options = {"samples": body.samples, "mean": True if body.mean else None,  # as `gpseq tag` passes them
+                   "decode": body.decode, "spans": body.span_probs, "nbest": body.nbest,
+                   "abstain_below": body.abstain_below}
         try:
             future = batcher.submit(sentences, options, mergeable=served.deterministic(body.mean, body.samples))
         except (QueueFull, Stopped) as error:

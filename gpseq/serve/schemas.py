@@ -6,7 +6,7 @@ responses are built as plain dicts and described here for the documentation only
 
 from __future__ import annotations
 
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -40,6 +40,15 @@ class TagRequest(BaseModel):
     mean: bool = Field(False, description="The deterministic calibrated marginals, whatever the model's default "
                                           "(`--mean`).")
     full_distribution: bool = Field(False, description="Add every label's probability per token (`distributions`).")
+    abstain_below: Optional[float] = Field(None, ge=0.0, le=1.0, description="Flag (abstain, span_abstain) the tokens "
+                                           "and spans whose probability is below P; labels are never changed "
+                                           "(`--abstain-below`).")
+    nbest: int = Field(0, ge=0, description="Also return the K most probable label sequences with their "
+                                            "probabilities (`--nbest`).")
+    span_probs: Literal["exact", "product"] = Field("exact", description="Span probabilities: exact (P(this exact "
+                                                    "span)) or product (of the token marginals) (`--span-probs`).")
+    decode: Optional[Literal["viterbi", "max-marginal", "span-f1"]] = Field(
+        None, description="viterbi, max-marginal or span-f1; default: the model's (`--decode`).")
 
     @model_validator(mode="after")
     def _one_input(self) -> "TagRequest":
@@ -59,9 +68,16 @@ class TaggedSentenceOut(BaseModel):
     distributions: Optional[list[dict[str, float]]] = Field(
         None, description="With full_distribution: per token, label -> p.")
     spans: list[tuple[Optional[str], int, int, float]] = Field(
-        description="Chunk labels only: [type, start, end_exclusive, probability], the probability being the "
-                    "product of the span's token marginals.")
+        description="Chunk labels only: [type, start, end_exclusive, probability], the probability that exactly this "
+                    "span is a chunk of that type (or, with span_probs product, the product of its token marginals).")
+    span_probability: Optional[str] = Field(None, description='How spans were scored: "exact" or "product".')
     sequence_log_prob: Optional[float] = Field(description="log p(label path | tokens).")
+    abstain_below: Optional[float] = Field(None, description="With abstain_below: the threshold.")
+    abstain: Optional[list[bool]] = Field(None, description="With abstain_below: per token, p(label) < threshold.")
+    span_abstain: Optional[list[bool]] = Field(None, description="With abstain_below: per span, its probability < "
+                                                                 "threshold.")
+    nbest: Optional[list[dict]] = Field(None, description='With nbest: [{"labels": [...], "probability": p}], most '
+                                                          "probable first.")
 
 
 class TagResponse(BaseModel):

@@ -20,6 +20,7 @@ class ServeSettings:
     max_sentences: int = 1_000  # sentences per request (given, or from raw text)
     max_tokens: int = 25_000  # tokens per request
     max_samples: int = 100  # Monte Carlo draws a request may ask for
+    max_nbest: int = 20  # label sequences a request may ask for (nbest)
     max_batch_sentences: int = 256  # sentences of one prediction call
     max_wait: float = 0.005  # seconds a batch waits for more requests once the queue is empty
     max_queue: int = 128  # requests waiting for a prediction batch, per model
