@@ -15,9 +15,9 @@ works without importing gpseq first. What the component writes depends on the mo
   tag or a Penn Treebank tag (mapped by `UPOS_FROM_PTB`).
 Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
 calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
-predicted span gets `span._.<span_extension>` = Π_t p(y_t = label_t | X) over its tokens, the
-same documented approximation as `gpseq tag` (it ignores the correlation of neighbouring
-labels). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
+predicted span gets `span._.<span_extension>` = P(this exact span | X), the probability that the
+label path has exactly this chunk (constrained forward–backward, as `gpseq tag`'s spans; also in
+`doc.spans[spans_key].attrs["scores"]`). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
 `tag_`) read them from what earlier components wrote.
 
 Sequences: each sentence when the Doc has sentence boundaries (add a `sentencizer`), else the
@@ -250,10 +250,11 @@ class GpseqComponent:
             # transform_docs reads len() and the tokens of each item, so token lists stand in for Docs.
             matrix = tagger.featurizer.transform_docs(sequences)
             decode = self.decode or tagger.config.decode
-            for ids, marginals, paths, _ in tagger.predict_features(
+            for ids, marginals, paths, _, *rest in tagger.predict_features(
                 matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed,
-                max_tokens=self.max_tokens,
+                max_tokens=self.max_tokens, chains=self.task != "tag",
             ):
+                exact = self._span_probabilities(rest[0], ids, sequences, marginals, paths, decode) if rest else None
                 for row, index in enumerate(ids):
                     tokens = sequences[index]
                     T = len(tokens)
@@ -263,7 +264,8 @@ class GpseqComponent:
                     number = owners[index]
                     positions = np.fromiter((token.i for token in tokens), dtype=np.int64, count=T)
                     probs[number][positions] = p
-                    self._write(docs[number], tokens, p, best, spans[number], span_scores[number])
+                    self._write(docs[number], tokens, p, best, spans[number], span_scores[number],
+                                None if exact is None else exact[row])
         for doc, p, found, scores in zip(docs, probs, spans, span_scores):
             order = sorted(range(len(found)), key=lambda k: (found[k].start, found[k].end))
             found, scores = [found[k] for k in order], [scores[k] for k in order]
@@ -276,15 +278,36 @@ class GpseqComponent:
             for span, score in zip(found, scores):
                 span._.set(self.span_extension, score)
 
+    def _span_probabilities(self, posterior, ids, sequences, marginals, paths, decode) -> list[list[float]]:
+        """P(exact span | X) of the chunks of each returned label sequence of a batch `[B][chunks]`."""
+        from gpseq.corpora.schemes import spans as chunks_of
+        from gpseq.structured.spans import span_queries
+
+        tagger = self._tagger
+        found = []
+        for row, index in enumerate(ids):
+            T = len(sequences[index])
+            best = marginals[row, :T].argmax(-1) if decode == "max-marginal" else paths[row, :T]
+            found.append(chunks_of([tagger.labels[i] for i in best], tagger.config.tag_scheme))
+        probs = posterior.span_probs(tagger.span_scheme, span_queries(tagger.span_scheme, found))
+        out, position = [], 0
+        for chunks in found:
+            out.append(probs[position:position + len(chunks)].tolist())
+            position += len(chunks)
+        return out
+
     def _write(self, doc: Doc, tokens: list[Token], p: np.ndarray, best: np.ndarray,
-               spans: list[Span], scores: list[float]) -> None:
-        """Labels of one sequence into the Doc: tags, or spans (collected) with their probabilities."""
+               spans: list[Span], scores: list[float], exact: list[float] | None = None) -> None:
+        """Labels of one sequence into the Doc: tags, or spans (collected) with their probabilities
+        (`exact`: P(exact span) per chunk; None: the product of the token marginals)."""
         labels = [self._tagger.labels[i] for i in best]
         if self.task == "tag":
             set_tags(tokens, labels, self._upos)
             return
         confidence = p[np.arange(len(tokens)), best].tolist()  # [T] p(y_t = predicted label_t)
         records = span_records(labels, confidence, self._tagger.config.tag_scheme)
+        if exact is not None:
+            records = [[*record[:3], probability] for record, probability in zip(records, exact)]
         spans.extend(doc_spans(doc, records, [token.i for token in tokens]))
         scores.extend(float(probability) for *_, probability in records)
 

@@ -1,7 +1,10 @@
 """Tagged output: CoNLL, JSONL and spaCy DocBin writers, chunk-span records, labels into spaCy Docs.
 
 `gpseq tag` writes through the writers; the spaCy component writes Docs through `doc_spans` and
-`set_tags`, so a span's probability and a token's tag mean the same in both.
+`set_tags`, so a span's probability and a token's tag mean the same in both: P(this exact span |
+X) from `Tagger.tag` (`TaggedSentence.spans`). With an abstention threshold (`gpseq tag
+--abstain-below P`) every format marks the tokens and spans below it (ABSTAIN); labels are never
+changed.
 """
 
 from __future__ import annotations
@@ -14,11 +17,19 @@ from gpseq.corpora.schemes import spans
 from gpseq.corpora.types import Sentence
 
 
-def span_records(labels: Sequence[str], confidences: Sequence[float], scheme: str | None) -> list[list]:
-    """[type, start, end_exclusive, probability] per chunk of `labels` (none without a scheme).
+def result_spans(result, scheme: str | None) -> list[list]:
+    """[type, start, end_exclusive, probability] per chunk of a `TaggedSentence` (none without a
+    scheme): its `spans`, scored as `Tagger.tag` did (exact unless asked for the product)."""
+    if scheme is None:
+        return []
+    return [[kind, start, end, float(p)] for kind, start, end, p in result.spans]
 
+
+def span_records(labels: Sequence[str], confidences: Sequence[float], scheme: str | None) -> list[list]:
+    """[type, start, end_exclusive, probability] per chunk of `labels` (none without a scheme), with
     probability = Π_t p(y_t = label_t | X) over the span's tokens: the product of the token
-    marginals, a documented approximation that ignores the correlation of neighbouring labels."""
+    marginals, an approximation that ignores the correlation of neighbouring labels (kept for
+    comparison; `result_spans` gives the exact probabilities)."""
     if scheme is None:
         return []
     records = []
@@ -50,7 +61,10 @@ def sentence_record(sentence: Sentence, result, scheme: str | None, distribution
     """The JSON object of one tagged sentence (a line of `gpseq tag --format jsonl`, a sentence of
     `gpseq serve`'s POST /tag): source, line, tokens, labels, confidences, distributions (per
     token: label -> p; left out when `distributions` is false), spans [type, start,
-    end_exclusive, probability], sequence_log_prob. Probabilities rounded to 6 decimals."""
+    end_exclusive, probability] (P(this exact span | X)), span_probability ("exact" or "product"),
+    sequence_log_prob; with an abstention threshold "abstain_below", "abstain" (per token) and
+    "span_abstain" (per span) flags; with n-best, "nbest": [{"labels", "probability"}].
+    Probabilities rounded to 6 decimals."""
     confidences = result.confidences
     record = {
         "source": sentence.source,
@@ -63,8 +77,17 @@ def sentence_record(sentence: Sentence, result, scheme: str | None, distribution
         record["distributions"] = [
             {name: round(float(q), 6) for name, q in zip(result.label_set, row)} for row in result.probabilities
         ]
-    record["spans"] = [[t, s, e, round(p, 6)] for t, s, e, p in span_records(result.labels, confidences, scheme)]
+    records = result_spans(result, scheme)
+    record["spans"] = [[t, s, e, round(p, 6)] for t, s, e, p in records]
+    if records:
+        record["span_probability"] = result.span_probability
     record["sequence_log_prob"] = result.sequence_log_prob
+    if result.abstain_below is not None:
+        record["abstain_below"] = result.abstain_below
+        record["abstain"] = result.abstained
+        record["span_abstain"] = [p < result.abstain_below for *_, p in records]
+    if result.nbest is not None:
+        record["nbest"] = [{"labels": labels, "probability": round(p, 6)} for labels, p in result.nbest]
     return record
 
 
@@ -73,16 +96,22 @@ def _fmt(p: float) -> str:
 
 
 class ConllWriter:
-    """token, label, p(label) per line (tab-separated), a blank line between sentences; with
-    `full_distribution`, LABEL=p for every label."""
+    """token, label, p(label) per line (tab-separated), a blank line between sentences; with an
+    abstention threshold a fourth field, ABSTAIN or - (kept); with `full_distribution`, LABEL=p for
+    every label; with n-best, one comment line per path before the sentence:
+    `# nbest RANK PROBABILITY LABEL LABEL …`."""
 
     def __init__(self, stream, full_distribution: bool):
         self.stream, self.full = stream, full_distribution
 
     def write(self, sentence: Sentence, result, scheme: str | None) -> None:
-        lines = []
+        lines = [f"# nbest\t{rank}\t{_fmt(p)}\t{' '.join(labels)}" for rank, (labels, p) in
+                 enumerate(result.nbest or [], start=1)]
+        abstained = result.abstained
         for t, (token, label, p) in enumerate(zip(result.tokens, result.labels, result.confidences)):
             fields = [token, label, _fmt(p)]
+            if result.abstain_below is not None:
+                fields.append("ABSTAIN" if abstained[t] else "-")
             if self.full:
                 fields += [f"{name}={_fmt(q)}" for name, q in zip(result.label_set, result.probabilities[t])]
             lines.append("\t".join(fields))
@@ -108,8 +137,10 @@ class JsonlWriter:
 
 class DocBinWriter:
     """Tagged sentences as spaCy Docs in a DocBin (written to `path` at `close`):
-    doc.user_data["gpseq"] holds labels and confidences, chunk spans go to doc.spans["gpseq"]
-    (scores in its attrs) and doc.ents, other labels to token.tag_."""
+    doc.user_data["gpseq"] holds labels and confidences (and "abstain_below", "abstain",
+    "span_abstain", "nbest" when asked for), chunk spans go to doc.spans["gpseq"] (P(exact span) as
+    attrs["scores"], the abstention flags as attrs["abstain"]) and doc.ents, other labels to
+    token.tag_."""
 
     def __init__(self, path: Path, lang: str, full_distribution: bool):
         import spacy
@@ -134,12 +165,19 @@ class DocBinWriter:
         if self.full:
             data["label_set"] = list(result.label_set)
             data["probabilities"] = result.probabilities.tolist()
+        records = result_spans(result, scheme)
+        if result.abstain_below is not None:
+            data.update(abstain_below=result.abstain_below, abstain=result.abstained,
+                        span_abstain=[p < result.abstain_below for *_, p in records])
+        if result.nbest is not None:
+            data["nbest"] = [{"labels": labels, "probability": p} for labels, p in result.nbest]
         doc.user_data["gpseq"] = data
         if scheme is not None:
-            records = span_records(result.labels, result.confidences, scheme)
             group = doc_spans(doc, records)
             doc.spans["gpseq"] = group
             doc.spans["gpseq"].attrs["scores"] = [p for *_, p in records]
+            if result.abstain_below is not None:
+                doc.spans["gpseq"].attrs["abstain"] = data["span_abstain"]
             doc.ents = group
         else:
             set_tags(doc, result.labels)

@@ -266,10 +266,16 @@ def test_tag_conll_input_jsonl_spans_agree_with_seqeval(trained, library_tagger,
         if chunky:
             expected = [(kind, start, end + 1) for kind, start, end in get_entities(record["labels"])]
             assert [(k, s, e) for k, s, e, _ in record["spans"]] == expected
-            for _, start, end, probability in record["spans"]:
-                assert probability == pytest.approx(np.prod(record["confidences"][start:end]), rel=1e-4, abs=1e-6)
+            assert [p for *_, p in record["spans"]] == pytest.approx([p for *_, p in tagged.spans], abs=2e-6)
+            assert record["span_probability"] == "exact" or not record["spans"]
     if chunky:
         assert any(r["spans"] for r in records)
+        product = invoke("tag", model_dir, sample / "test.conll", "--input-format", "conll", "--format", "jsonl",
+                         "--mean", "--span-probs", "product")
+        for line in product.stdout.splitlines():
+            record = json.loads(line)
+            for _, start, end, probability in record["spans"]:
+                assert probability == pytest.approx(np.prod(record["confidences"][start:end]), rel=1e-4, abs=1e-6)
 
 
 def test_tag_stdin_and_batch_size_do_not_change_the_output(trained, text_file):
@@ -320,6 +326,70 @@ def test_tag_spacy_docbin(trained, library_tagger, text_file, tmp_path):
             assert len(doc.spans["gpseq"].attrs["scores"]) == len(got)
         else:
             assert [t.tag_ for t in doc] == tagged.labels
+
+
+def test_tag_abstain_below_flags_in_every_format_and_never_changes_a_label(trained, sample, tmp_path):
+    """--abstain-below P: ABSTAIN exactly where p(label) < P (spans: P(span) < P), labels as without it."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    model_dir, _ = trained
+    test = sample / "test.conll"
+    plain = parse_conll_output(invoke("tag", model_dir, test, "--input-format", "conll").stdout)
+    conll = invoke("tag", model_dir, test, "--input-format", "conll", "--abstain-below", "0.97")
+    assert conll.exit_code == 0, conll.stderr
+    flagged = parse_conll_output(conll.stdout)
+    assert [[row[:3] for row in s] for s in flagged] == plain
+    rows = [row for s in flagged for row in s]
+    assert {row[3] for row in rows} <= {"ABSTAIN", "-"}
+    assert all((row[3] == "ABSTAIN") == (float(row[2]) < 0.97) for row in rows)
+    assert any(row[3] == "ABSTAIN" for row in rows) and any(row[3] == "-" for row in rows)
+    jsonl = invoke("tag", model_dir, test, "--input-format", "conll", "--format", "jsonl", "--abstain-below", "0.97")
+    records = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    assert [r["labels"] for r in records] == [[row[1] for row in s] for s in plain]
+    for record in records:
+        assert record["abstain"] == [p < 0.97 for p in record["confidences"]]
+        assert record["span_abstain"] == [p < 0.97 for *_, p in record["spans"]]
+    out = tmp_path / "flagged.spacy"
+    assert invoke("tag", model_dir, test, "--input-format", "conll", "--format", "spacy", "-o", out,
+                  "--abstain-below", "0.97").exit_code == 0
+    for doc, record in zip(DocBin().from_disk(out).get_docs(spacy.blank("en").vocab), records):
+        assert list(doc.user_data["gpseq"]["labels"]) == record["labels"]
+        assert list(doc.user_data["gpseq"]["abstain"]) == record["abstain"]
+        if "gpseq" in doc.spans:
+            assert list(doc.spans["gpseq"].attrs["abstain"]) == record["span_abstain"]
+    bad = invoke("tag", model_dir, test, "--abstain-below", "1.5")
+    assert bad.exit_code == 4 and "--abstain-below must be a probability" in bad.stderr
+
+
+def test_tag_nbest_lists_the_most_probable_paths_first(trained, sample):
+    model_dir, _ = trained
+    result = invoke("tag", model_dir, sample / "test.conll", "--input-format", "conll", "--format", "jsonl",
+                    "--nbest", "3")
+    assert result.exit_code == 0, result.stderr
+    for line in result.stdout.splitlines():
+        record = json.loads(line)
+        probabilities = [entry["probability"] for entry in record["nbest"]]
+        assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1 + 1e-6
+        assert len({tuple(entry["labels"]) for entry in record["nbest"]}) == len(record["nbest"])
+        assert all(len(entry["labels"]) == len(record["tokens"]) for entry in record["nbest"])
+    conll = invoke("tag", model_dir, sample / "test.conll", "--input-format", "conll", "--nbest", "2")
+    assert conll.stdout.startswith("# nbest\t1\t")
+
+
+def test_evaluate_target_error_and_entity_plots(trained, sample, tmp_path):
+    model_dir, _ = trained
+    png = tmp_path / "reliability.png"
+    result = invoke("evaluate", model_dir, sample / "test.conll", "--json", "--plot", png, "--target-error", "0.01")
+    assert result.exit_code == 0, result.stderr
+    metrics = json.loads(result.stdout)
+    for key in ("entity_ece", "entity_brier", "entity_ece_product", "entity_aurc", "entity_error_at_90",
+                "error_at_80", "error_at_95", "abstain_threshold", "abstain_coverage"):
+        assert key in metrics
+    if metrics["abstain_threshold"] is not None:
+        assert metrics["abstain_error"] <= 0.01
+    for path in (png, tmp_path / "reliability-entities.png", tmp_path / "reliability-risk-coverage.png"):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_tag_spacy_needs_output(trained, text_file):

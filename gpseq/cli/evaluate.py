@@ -1,5 +1,6 @@
 """`gpseq evaluate`: `Tagger.evaluate` on a labelled corpus, the metrics as tables or JSON, the
-reliability diagram."""
+reliability diagrams (tokens, entities) and the risk–coverage plot, the abstention threshold for a
+target error."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ EVALUATE_EXAMPLES = """[b]Examples[/b]
   gpseq evaluate runs/sample corpora/sample/test.conll
   gpseq evaluate runs/chunk test.txt --json --plot reliability.png
   gpseq evaluate runs/chunk test.txt --samples 32   # Monte Carlo marginals
+  gpseq evaluate runs/chunk dev.txt --target-error 0.01   # the P for tag --abstain-below
+
+--plot FILE.png writes the token reliability diagram there and, for chunk
+labels, FILE-entities.png (predicted spans: P(exact span) against how often
+it matches a gold span) and FILE-risk-coverage.png (error rate of what is
+kept against the fraction kept, tokens and spans).
 
 """ + EXIT_CODES
 
@@ -71,14 +78,31 @@ def evaluate(
     label_column: Annotated[int, typer.Option(help="Label column of the corpus (default: the last).")] = -1,
     encoding: Annotated[str, typer.Option(help="Encoding of the corpus.")] = "utf-8",
     format_: CorpusFormat = "auto",
+    target_error: Annotated[Optional[float], typer.Option(help="Report the abstention threshold P (for gpseq tag --abstain-below P) with the largest coverage whose kept tokens, and separately spans, err at most this often on this corpus (use a dev set).", metavar="E")] = None,
+    decode: Annotated[Optional[str], typer.Option(help="viterbi, max-marginal or span-f1 (default: the model's).")] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier; reliability diagram."""
+    """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier, entity-level
+    calibration, risk-coverage; reliability diagrams."""
+    from gpseq.errors import ConfigError
+
+    if target_error is not None and not 0.0 <= target_error < 1.0:
+        raise ConfigError(f"--target-error must be in [0, 1); got {target_error}")
+    if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
+        raise ConfigError(f"--decode must be viterbi, max-marginal or span-f1; got {decode!r}")
     sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
     tagger = load_tagger(model_dir)
-    report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins)
+    report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,
+                             target_error=target_error)
+    plots = []
     if plot is not None:
-        report.reliability_diagram(plot, bins)
+        plots.append(("reliability diagram", report.reliability_diagram(plot, bins)))
+        if report.entity_calibration:
+            entities = plot.with_name(f"{plot.stem}-entities{plot.suffix or '.png'}")
+            plots.append(("entity reliability diagram", report.entity_reliability_diagram(entities, bins)))
+        if report.curves:
+            curves = plot.with_name(f"{plot.stem}-risk-coverage{plot.suffix or '.png'}")
+            plots.append(("risk-coverage plot", report.risk_coverage_plot(curves)))
     metrics = report.to_dict()
     if json_:
         typer.echo(json.dumps(metrics, indent=2, default=json_default))
@@ -86,5 +110,16 @@ def evaluate(
     console = stdout()
     for table in metrics_tables(metrics):
         console.print(table)
-    if plot is not None:
-        console.print(f"reliability diagram → {plot}")
+    for what, path in plots:
+        console.print(f"{what} → {path}")
+    if target_error is not None:
+        for unit, prefix in (("tokens", "abstain_"), ("spans", "entity_abstain_")):
+            threshold = metrics.get(f"{prefix}threshold")
+            if f"{prefix}coverage" not in metrics:
+                continue
+            if threshold is None:
+                console.print(f"target error {target_error}: no threshold reaches it for {unit}")
+            else:
+                console.print(f"target error {target_error}: --abstain-below {threshold:.6g} keeps "
+                              f"{100 * metrics[f'{prefix}coverage']:.1f} % of the {unit} at error "
+                              f"{metrics[f'{prefix}error']:.4f} on this corpus")

@@ -26,21 +26,33 @@ TAG_EXAMPLES = """[b]Examples[/b]
   cat notes.txt | gpseq tag runs/sample - --format jsonl --mean
   gpseq tag runs/chunk test.conll --full-distribution -o tagged.conll
   gpseq tag runs/ner docs/*.txt --format spacy -o tagged.spacy
+  gpseq tag runs/chunk test.conll --abstain-below 0.9       # flag what is below 0.9
+  gpseq tag runs/chunk test.conll --format jsonl --nbest 5  # the 5 most probable label paths
 
 [b]Output formats[/b]
 
   conll  token, label, p(label) per line (tab-separated), a blank line
-         between sentences; --full-distribution appends LABEL=p for
-         every label.
+         between sentences; --abstain-below adds ABSTAIN or - as the
+         fourth field; --full-distribution appends LABEL=p for every
+         label; --nbest K puts "# nbest RANK P LABELS" lines before each
+         sentence.
   jsonl  one object per sentence: source, line, tokens, labels,
          confidences, distributions (per token: label -> p),
          sequence_log_prob = log p(label path | tokens), and for chunk
          labels spans \\[type, start, end_exclusive, probability], the
-         probability being the product of the token marginals of the
-         span's labels.
+         probability that exactly this span is a chunk of that type
+         (constrained forward-backward; --span-probs product: the
+         product of its token marginals, an approximation);
+         --abstain-below adds abstain (per token) and span_abstain (per
+         span); --nbest K adds nbest \\[{labels, probability}].
   spacy  a DocBin (-o required): doc.user_data["gpseq"] holds labels and
-         confidences, chunk spans go to doc.spans["gpseq"] (scores in
-         its attrs) and doc.ents, other labels to token.tag_.
+         confidences (and abstain flags, nbest), chunk spans go to
+         doc.spans["gpseq"] (probabilities in attrs["scores"], flags in
+         attrs["abstain"]) and doc.ents, other labels to token.tag_.
+
+--abstain-below P never changes a label: it marks the tokens whose
+p(label) and the spans whose probability is below P. Pick P for a target
+error rate on a dev set with gpseq evaluate --target-error.
 
 """ + EXIT_CODES
 
@@ -97,6 +109,10 @@ def tag(
     token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
     encoding: Annotated[str, typer.Option(help="Encoding of the input files.")] = "utf-8",
     text_max_tokens: Annotated[int, typer.Option(help="text input: split a sentence longer than this many tokens (e.g. text without sentence punctuation) into pieces of at most this many, at whitespace.")] = TEXT_MAX_TOKENS,
+    abstain_below: Annotated[Optional[float], typer.Option(help="Mark (ABSTAIN) tokens and spans whose probability is below P; labels are never changed.", metavar="P")] = None,
+    nbest: Annotated[int, typer.Option(help="Also write the K most probable label sequences with their probabilities.", metavar="K")] = 0,
+    span_probs: Annotated[str, typer.Option(help="Span probabilities: exact (P(this exact span), constrained forward-backward) or product (of the token marginals; an approximation).")] = "exact",
+    decode: Annotated[Optional[str], typer.Option(help="viterbi, max-marginal or span-f1 (the chunks maximising the expected chunk F1 from the span probabilities); default: the model's.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Tag raw text or CoNLL files: labels with per-token probabilities."""
@@ -115,6 +131,14 @@ def tag(
         raise ConfigError(f"--samples must be >= 1; got {samples}")
     if text_max_tokens < 1:
         raise ConfigError(f"--text-max-tokens must be >= 1; got {text_max_tokens}")
+    if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
+        raise ConfigError(f"--abstain-below must be a probability in [0, 1]; got {abstain_below}")
+    if nbest < 0:
+        raise ConfigError(f"--nbest must be >= 0; got {nbest}")
+    if span_probs not in ("exact", "product"):
+        raise ConfigError(f"--span-probs must be exact or product; got {span_probs!r}")
+    if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
+        raise ConfigError(f"--decode must be viterbi, max-marginal or span-f1; got {decode!r}")
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)
@@ -137,7 +161,8 @@ def tag(
             writer = WRITERS[format_](stream, full_distribution)
         sentences = iter_inputs(files, input_format, token_column, encoding, lang, text_max_tokens)
         for batch in batches(sentences, batch_size):
-            results = tagger.tag(batch, samples=samples, mean=mean or None, batch_size=batch_size)
+            results = tagger.tag(batch, samples=samples, mean=mean or None, batch_size=batch_size,
+                                 spans=span_probs, nbest=nbest, abstain_below=abstain_below, decode=decode)
             for sentence, result in zip(batch, results):
                 writer.write(sentence, result, scheme)
                 n_tokens += len(result.tokens)
