@@ -700,6 +700,38 @@ def test_resume_from_a_checkpoint_of_another_configuration(model, corpus, tmp_pa
     assert snapshot(tmp_path) == before
 
 
+# state.json of a checkpoint written by gpseq before the single Trainer (b379e36^, 2026-11-23), as
+# written then for a tiny linear+rbf tagger: its variables are named as the old model named them
+_FORMAT_1_STATE = {
+    "step": 3, "best_score": None, "best_step": None, "evals_without_improvement": 0, "skipped_steps": 0,
+    "stopped_early": False, "history": [], "best_values": None,
+    "variables": {"label_bias": [9], "pairwise_mean": [9, 9], "temperature": [], "variance_scale": [],
+                  "inducing/mixture_logits": [1], "inducing/q_mu": [1, 8, 9],
+                  "inducing/q_sqrt/_pretransformed_input": [1, 9, 36],
+                  "kernel/lengthscales/_pretransformed_input": [], "kernel/variance/_pretransformed_input": [],
+                  "linear/q_mu": [2748, 9], "linear/prior_variance/_pretransformed_input": [],
+                  "linear/q_variance/_pretransformed_input": [2748, 9],
+                  "pairwise_variance/_pretransformed_input": [9, 9]},
+}
+
+
+def test_resume_from_a_checkpoint_written_before_the_single_trainer(model, corpus, tmp_path):
+    """A checkpoint of the old trainer cannot be restored into the composed model: one line saying
+    so and what to do (exit 4), nothing written."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(model.with_name(model.name + ".ckpt"), ckpt)
+    assert json.loads((ckpt / "checkpoint" / "state.json").read_text())["checkpoint_format"] == 2
+    (ckpt / "checkpoint" / "state.json").write_text(json.dumps(_FORMAT_1_STATE))
+    before = snapshot(tmp_path)
+    result = invoke("train", corpus, "-o", tmp_path / "m2", *TINY, "--checkpoint-dir", ckpt, "--resume")
+    assert result.exit_code == 4
+    line = one_line(result)
+    assert line == (f"error: {ckpt}: the checkpoint was written by an older gpseq (checkpoint format 1, before "
+                    "its single Trainer and composed model) and cannot be resumed by this one; train without "
+                    "--resume to start afresh (or use another --checkpoint-dir)"), line
+    assert snapshot(tmp_path) == before
+
+
 # ---------------------------------------------------------------------------------------------
 # Raw text without sentence boundaries: bounded segments for spaCy, bounded sentences for the tagger
 # ---------------------------------------------------------------------------------------------

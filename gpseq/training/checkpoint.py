@@ -21,6 +21,9 @@ import tensorflow as tf
 from gpseq.errors import ConfigError
 
 ADVICE = "use another --checkpoint-dir, delete it, or train without --resume"
+# 2: written since the single Trainer and the composed StructuredGP (variables named by their part,
+# e.g. unaries/label_bias); checkpoints of format 1 name them as the old model did (label_bias)
+CHECKPOINT_FORMAT = 2
 
 
 def variable_shapes(model) -> dict[str, list[int]]:
@@ -62,7 +65,8 @@ class Checkpoints:
         try:
             self._checkpoint.write(str(tmp / "ckpt"))
             with open(tmp / "state.json", "w") as handle:
-                json.dump({**state, "best_values": None, "variables": variable_shapes(self.model)}, handle)
+                json.dump({**state, "best_values": None, "variables": variable_shapes(self.model),
+                           "checkpoint_format": CHECKPOINT_FORMAT}, handle)
             if best_values is not None:
                 np.savez(tmp / "best.npz", *best_values)
             swap_dir(tmp, final)
@@ -85,8 +89,15 @@ class Checkpoints:
         except (OSError, ValueError) as error:
             raise ConfigError(f"{final}: unreadable checkpoint state ({error}); {ADVICE}") from None
         saved = state.pop("variables", None)
+        written_as = state.pop("checkpoint_format", None)
         if isinstance(saved, dict):
             current = variable_shapes(self.model)
+            if written_as is None and set(saved) != set(current):  # the old model's variable names
+                raise ConfigError(
+                    f"{self.directory}: the checkpoint was written by an older gpseq (checkpoint format 1, "
+                    "before its single Trainer and composed model) and cannot be resumed by this one; train "
+                    "without --resume to start afresh (or use another --checkpoint-dir)"
+                )
             differences = [
                 f"{name} {saved.get(name, 'absent')} in the checkpoint, {current.get(name, 'absent')} now"
                 for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)
