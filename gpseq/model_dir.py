@@ -183,6 +183,16 @@ def writing_model_dir(directory: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _file_size(path: Path, if_missing: str) -> int:
+    """The size of the file `path`; ModelFormatError "`path`: `if_missing`" when it is not there."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: {if_missing}") from None
+    except OSError as error:
+        raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+
+
 def verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
     """ModelFormatError naming the first file that is missing or differs from tagger.json's manifest."""
     if not isinstance(manifest, dict):
@@ -191,12 +201,7 @@ def verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
         path = directory / name
         if not isinstance(record, dict) or ".." in Path(name).parts or Path(name).is_absolute():
             raise ModelFormatError(f"{meta_path}: malformed file manifest entry {name!r}")
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            raise ModelFormatError(f"{path}: missing (listed in {meta_path.name})") from None
-        except OSError as error:
-            raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+        size = _file_size(path, f"missing (listed in {meta_path.name})")
         if size != record.get("size"):
             what = "empty file" if size == 0 else f"{size:,} bytes"
             raise ModelFormatError(f"{path}: {what}, {meta_path.name} records {record.get('size'):,} bytes "
@@ -209,12 +214,7 @@ def verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
     """The arrays of arrays.npz; a missing, empty, truncated or non-npz file is a ModelFormatError."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ModelFormatError(f"{path}: missing; the model directory is incomplete") from None
-    except OSError as error:
-        raise ModelFormatError(f"{path}: unreadable ({error.strerror or error})") from None
+    size = _file_size(path, "missing; the model directory is incomplete")
     if size == 0:
         raise ModelFormatError(f"{path}: empty file (0 bytes); the model directory is damaged")
     try:
