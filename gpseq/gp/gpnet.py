@@ -304,8 +304,8 @@ class GPNet(tf.Module):
             q_chol = safe_cholesky(cov, jitter=self.jitter)
             q = tfd.MultivariateNormalTriL(tf.transpose(mean), q_chol)
             q_t = tfd.MultivariateNormalTriL(tf.transpose(mean_t), tf.stop_gradient(q_chol))
-            prior = tfd.MultivariateNormalTriL(tf.zeros_like(tf.transpose(mean_t)),
-                                               tf.broadcast_to(safe_cholesky(prior_t, jitter=self.jitter), tf.shape(cov)))
+            prior_chol = tf.broadcast_to(safe_cholesky(prior_t, jitter=self.jitter), tf.shape(cov))
+            prior = tfd.MultivariateNormalTriL(tf.zeros_like(tf.transpose(mean_t)), prior_chol)
             var_b = tf.transpose(tf.linalg.diag_part(cov[:, :B, :B]))
             expected = tf.reduce_sum(self._variational_expectations(mean[:B], var_b, Y, mc_seed))
             surrogate = beta * (scale * expected - tf.reduce_sum(tfd.kl_divergence(q, prior))) \
@@ -364,7 +364,8 @@ class GPNet(tf.Module):
                 raise ModelFormatError(f"GPNet state has no array {name!r}")
             value = np.asarray(state[name])
             if tuple(value.shape) != tuple(variable.shape):
-                raise ModelFormatError(f"GPNet array {name!r} has shape {value.shape}, expected {tuple(variable.shape)}")
+                raise ModelFormatError(f"GPNet array {name!r} has shape {value.shape}, "
+                                       f"expected {tuple(variable.shape)}")
             variable.assign(value)
 
     def save(self, path: str | os.PathLike) -> None:
