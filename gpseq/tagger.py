@@ -389,8 +389,7 @@ class Tagger:
                         for row, (p, T) in enumerate(zip(probs, lengths))]
                 found = [chunks_of([self.labels[i] for i in b], scheme.scheme) if scheme is not None else []
                          for b in best]
-            if posterior is not None and (decode != "viterbi" or len(posterior.weights) > 1):
-                # the returned labels' probability (Monte Carlo: with the Jensen bias corrected)
+            if decode != "viterbi":  # the returned labels' probability (Monte Carlo: Jensen bias corrected)
                 logp = posterior.path_log_probs(_padded(best, marg.shape[1]), bias_corrected=True)
             if decode != "span-f1" and scheme is not None:
                 found = self._score_spans(posterior if spans == "exact" else None, found, probs, best)

@@ -134,7 +134,7 @@ def test_pos_component_matches_tagger_on_the_same_tokens(models):
     assert any(t.is_space for doc in docs for t in doc)  # the texts do exercise whitespace tokens
 
 
-def test_distributions_sum_to_one_and_span_scores_are_products_of_token_marginals(models):
+def test_distributions_sum_to_one_and_span_scores_are_bounded_by_type_marginals(models):
     nlp = _pipeline(models)  # Monte Carlo marginals (the default)
     n_spans = 0
     for doc in nlp.pipe(TEXTS, batch_size=2):
@@ -149,13 +149,11 @@ def test_distributions_sum_to_one_and_span_scores_are_products_of_token_marginal
         group = doc.spans["gpseq"]
         assert group.attrs["scores"] == [s._.gpseq_prob for s in group]
         assert [(s.start, s.end) for s in group] == sorted((s.start, s.end) for s in group)
-        for span in group:  # IOB2: the span's tokens carry B-X (or an ill-formed I-X) then I-X
+        for span in group:  # P(exact span) ≤ P(every token of it has the span's type)
             n_spans += 1
             tokens = [t for t in span if not t.is_space]
-            inside = np.prod([t._.gpseq_probs[f"I-{span.label_}"] for t in tokens[1:]])
-            first = tokens[0]._.gpseq_probs
-            candidates = [first[f"{prefix}-{span.label_}"] * inside for prefix in "BI"]
-            assert min(abs(span._.gpseq_prob - c) for c in candidates) <= 1e-12 * max(candidates)
+            of_type = [sum(t._.gpseq_probs.get(f"{prefix}-{span.label_}", 0.0) for prefix in "BI") for t in tokens]
+            assert 0.0 < span._.gpseq_prob <= min(of_type) + 1e-6
     assert n_spans > 10
 
 
@@ -167,8 +165,8 @@ def test_chunker_reads_the_predicted_pos_of_the_earlier_component(models):
 
     for result, (d, positions) in zip(results, where):
         doc = docs[d]
-        expected = [(positions[s], positions[e - 1] + 1, type_, float(np.prod(result.confidences[s:e])))
-                    for type_, s, e in chunk_spans(result.labels)]
+        expected = [(positions[s], positions[e - 1] + 1, type_, p) for type_, s, e, p in result.spans]
+        assert [(t, s, e) for t, s, e, _ in result.spans] == chunk_spans(result.labels)  # exact P(span)
         got = [(s.start, s.end, s.label_, s._.gpseq_prob) for s in doc.spans["gpseq"]
                if positions[0] <= s.start < positions[-1] + 1]
         assert [g[:3] for g in got] == [e[:3] for e in expected]

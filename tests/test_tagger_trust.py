@@ -135,3 +135,30 @@ def test_span_f1_decoding_returns_consistent_chunks(chunker):
         assert [s[:3] for s in result.spans] == spans(result.labels, "iob2")
         exact = tagger.span_probabilities([sentence], [[s[:3] for s in result.spans]])[0]
         assert [s[3] for s in result.spans] == pytest.approx(exact, abs=1e-6)  # float32 potentials, other batch
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_compiled_monte_carlo_path_probability_equals_the_numpy_estimator(K):
+    """`predict.mc_log_prob` (TensorFlow) and `ChainPosterior.path_log_probs` give the same
+    bias-corrected log-mean-exp over K·S weighted draws, and the plain one without the correction."""
+    import tensorflow as tf
+
+    from gpseq.structured.predict import mc_log_prob
+
+    rng = np.random.default_rng(1)
+    S, B, T, V = 5, 3, 4, 3
+    unary = rng.normal(0, 1, (K, S, B, T, V))
+    pairwise = rng.normal(0, 1, (S, 1, V, V))
+    lengths = np.array([4, 2, 3], np.int32)
+    labels = rng.integers(0, V, (B, T)).astype(np.int32)
+    weights = np.array([1.0]) if K == 1 else np.array([0.3, 0.7])
+    flat_unary = unary.reshape(K * S, B, T, V)
+    flat_pairwise = np.tile(pairwise[:, 0], (K, 1, 1))
+    flat_weights = np.repeat(weights, S) / S
+    posterior = ChainPosterior(flat_unary, flat_pairwise, lengths, flat_weights)
+    for corrected in (True, False):
+        ours = mc_log_prob(labels, tf.constant(unary), tf.constant(pairwise), lengths, tf.constant(weights),
+                           bias_corrected=corrected).numpy()
+        np.testing.assert_allclose(ours, posterior.path_log_probs(labels, bias_corrected=corrected), atol=1e-10)
+    plain = posterior.path_log_probs(labels)
+    assert np.all(posterior.path_log_probs(labels, bias_corrected=True) >= plain)

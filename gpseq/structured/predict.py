@@ -62,9 +62,14 @@ def monte_carlo_marginals(model, batch, num_samples: int, seed):
     return mean, unary, pairwise, log_z
 
 
-def mc_log_prob(labels, unary, pairwise, lengths, weights, log_z=None):
+def mc_log_prob(labels, unary, pairwise, lengths, weights, log_z=None, bias_corrected: bool = True):
     """log E_q[p(y | f)] per sequence `[B]` from draws `[K, S, B, T, V]`: log-mean-exp over S, mixture
-    over K with weights π `[K]`; `log_z [K, S, B]` reuses partition functions already computed."""
+    over K with weights π `[K]`; `log_z [K, S, B]` reuses partition functions already computed.
+
+    The log of a Monte Carlo average is biased low by ≈ Var(p̂) / (2 p̂²) (Jensen); `bias_corrected`
+    adds that term estimated from the draws, Σ_r w_r² (p_r / p̂ − 1)² · R / (R − 1) / 2 over the
+    R = K·S draws of weight w_r = π_k / S (for K = 1 the unbiased sample variance of p_r / p̂ over
+    2S), as `gpseq.structured.spans.ChainPosterior.path_log_probs` does; the result stays ≤ 0."""
     if log_z is None:
         ll = chain.log_likelihood(labels, unary, pairwise, lengths)  # [K, S, B]
     else:
@@ -73,7 +78,14 @@ def mc_log_prob(labels, unary, pairwise, lengths, weights, log_z=None):
     ll = tf.minimum(ll, 0.0)
     S = tf.cast(tf.shape(ll)[1], ll.dtype)
     per_component = tf.reduce_logsumexp(ll, axis=1) - tf.math.log(S)  # [K, B]
-    return tf.reduce_logsumexp(per_component + tf.math.log(weights)[:, None], axis=0)
+    log_p = tf.reduce_logsumexp(per_component + tf.math.log(weights)[:, None], axis=0)  # [B]
+    if not bias_corrected:
+        return log_p
+    R = S * tf.cast(tf.shape(ll)[0], ll.dtype)
+    draw_weights = weights[:, None, None] / S  # [K, 1, 1]
+    spread = tf.reduce_sum(draw_weights**2 * (tf.exp(ll - log_p) - 1.0) ** 2, axis=[0, 1])  # [B]
+    correction = tf.where(R > 1, 0.5 * spread * R / tf.maximum(R - 1, 1.0), tf.zeros_like(spread))
+    return tf.minimum(log_p + correction, 0.0)
 
 
 def predict_deterministic(model, batch):
