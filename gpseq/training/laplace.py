@@ -225,21 +225,23 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
 
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
-                  callbacks=None):
+                  callbacks=None, init: "LaplaceFit | None" = None):
     """The default training of a `TaggerConfig`: for each prior variance of
     `training.prior_variance_grid` (warm-started, ascending) fit q by `fit_laplace` and calibrate
     its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit it on
-    train + dev. Returns (the model's arrays as `model_state` names them, scores).
+    train + dev. Returns (the model's arrays as `model_state` names them, scores). `init`: a fit on
+    this featurizer's columns and these labels that the fits on all the training data start from
+    instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
 
     BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
     OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1, user_api="blas"):
-        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks)
+        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
 
 
-def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks):
+def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None):
     from gpseq.training.config import Progress
 
     tcfg, mcfg = config.training, config.model
@@ -264,7 +266,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks):
                            max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
 
     objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-    iterations, candidates, best, current = [], {}, None, None
+    iterations, candidates, best, current = [], {}, None, init
     calibration_start = (1e-5, 1.0)
     for number, prior_variance in enumerate(grid):
         current = fit(objective, prior_variance, budget if number == 0 else refit, current, tcfg.evidence_rounds)
