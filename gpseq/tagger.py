@@ -144,11 +144,22 @@ class Tagger:
         callbacks: list[Callable[[Progress], None]] | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
         resume: bool = False,
+        init: "Tagger | None" = None,
     ) -> "Tagger":
         """Fit features and the posterior on `train`: MAP + Laplace with evidence-fitted priors and
-        a dev-fitted calibration for the weight-space model (the default), SVI otherwise."""
+        a dev-fitted calibration for the weight-space model (the default), SVI otherwise.
+
+        `init`: a previous tagger to warm-start from (a round of active learning): one MAP fit on all
+        of `train`, starting from its weights (mapped by feature name and label), with its prior
+        (σ², l1) and its calibration, for a third of the iterations (`gpseq.warm_start`); default
+        training only."""
         config = config or TaggerConfig()
         config.validate()
+        saved_config = config
+        if init is not None and config.resolved_method() == "laplace":
+            from gpseq.warm_start import warm_config
+
+            config = warm_config(config, init)
         train = list(train)
         unlabelled = [s for s in train if s.labels is None]
         if unlabelled or not train:
@@ -173,9 +184,20 @@ class Tagger:
             from gpseq.training.laplace import train_laplace
 
             dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
-            arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks)
+            start = None
+            if init is not None:
+                from gpseq.warm_start import calibration_arrays, map_start
+
+                start = map_start(init, featurizer, labels)
+            arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start)
             scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
-            return cls(config, featurizer, labels, arrays, scores)
+            if init is not None:
+                arrays.update(calibration_arrays(init, config.dtype))
+                scores.update(warm_start=True, calibration=init.scores.get("calibration"))
+            return cls(saved_config, featurizer, labels, arrays, scores)
+        if init is not None:
+            raise ConfigError("init (warm start) needs the default training (weight-space linear chain, "
+                              f"method laplace); this configuration trains by {method}")
         from gpseq import _tensorflow
 
         tf = _tensorflow.load()
@@ -291,6 +313,14 @@ class Tagger:
                                                             batch_size=batch_size, seed=seed,
                                                             max_tokens=max_tokens, chains=True):
             yield ids, posterior
+
+    def select(self, sentences: Iterable, n: int, strategy: str = "bald", **options) -> list:
+        """The `n` sentences most worth annotating, best first, as `gpseq.active.Selected` (pool index,
+        sentence, score, current tagging): strategies bald, entropy, least-confidence, margin,
+        random; options (level, normalise, samples, max_similarity, seed, …) in `gpseq.active.select`."""
+        from gpseq.active import select
+
+        return select(self, sentences, n, strategy, **options)
 
     def span_probabilities(self, sentences: Iterable, spans: Sequence[Sequence[tuple[str, int, int]]], *,
                            samples: int | None = None, mean: bool | None = None) -> list[list[float]]:

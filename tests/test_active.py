@@ -145,3 +145,112 @@ def test_pieces_combine_as_documented():
     logs = {"log_p1": np.log([0.5, 0.8]), "log_p2": np.log([0.2, 0.1])}
     score = combine(logs, np.array([0, 0]), np.array([6]), "margin", False)[0]
     assert score == pytest.approx(1 - (0.4 - 0.16))
+
+
+# ---- with a trained tagger ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(sample_dir):
+    from gpseq.corpora import read_conll
+    from gpseq.features import get_preset
+    from gpseq.tagger import Tagger, TaggerConfig
+
+    train = read_conll(sample_dir / "train.conll")
+    return Tagger.train(train[:120], TaggerConfig(features=get_preset("chunking"))), train
+
+
+def test_select_is_deterministic_under_a_seed_and_scores_are_the_strategy(trained):
+    from gpseq.active import score_sentences
+
+    tagger, train = trained
+    pool = [s for s in train[120:220]]
+    first = tagger.select(pool, 10, "bald", seed=3)
+    again = tagger.select(pool, 10, "bald", seed=3, chunk_size=2048)
+    assert [(s.index, s.score) for s in first] == [(s.index, s.score) for s in again]
+    assert [s.score for s in first] == sorted((s.score for s in first), reverse=True)
+    # entropy under the deterministic predictive: the token entropies of Tagger.tag's marginals
+    picked = tagger.select(pool, 5, "entropy", max_similarity=1.0)
+    for item in picked:
+        p = item.tagged.probabilities
+        assert item.score == pytest.approx(float(-(p * np.log(np.maximum(p, 1e-300))).sum()), rel=1e-4, abs=1e-6)
+        assert pool[item.index] is item.sentence
+    # least-confidence: 1 − P(Viterbi path) of the deterministic predictive, as Tagger.tag scores the path
+    scores = score_sentences(tagger, pool[:20], "least-confidence")
+    tagged = tagger.tag(pool[:20])
+    np.testing.assert_allclose(scores, [1 - np.exp(t.sequence_log_prob) for t in tagged], atol=2e-3)
+    # random: a permutation that depends on the seed only
+    a, b = (tagger.select(pool, 100, "random", seed=s, max_similarity=1.0, tag=False) for s in (1, 2))
+    assert sorted(x.index for x in a) == sorted(x.index for x in b) == list(range(100))
+    assert [x.index for x in a] != [x.index for x in b]
+
+
+def test_select_skips_duplicates_and_near_duplicates(trained):
+    from gpseq.corpora.types import Sentence
+
+    tagger, train = trained
+    base = train[130]
+    near = Sentence(tokens=list(base.tokens[:-1]) + ["zzz"], columns=[list(c) for c in base.columns[:-1]]
+                    + [["zzz", "NN"]])
+    pool = [base, Sentence(tokens=list(base.tokens), columns=[list(c) for c in base.columns]), near, train[140]]
+    jaccard = len(set(t.lower() for t in base.tokens) & set(t.lower() for t in near.tokens)) / len(
+        set(t.lower() for t in base.tokens) | set(t.lower() for t in near.tokens))
+    other = len(set(t.lower() for t in base.tokens) & set(t.lower() for t in train[140].tokens)) / len(
+        set(t.lower() for t in base.tokens) | set(t.lower() for t in train[140].tokens))
+    assert other < jaccard - 0.01
+    picked = tagger.select(pool, 4, "least-confidence", max_similarity=jaccard - 0.01, tag=False)
+    tokens = [tuple(p.sentence.tokens) for p in picked]
+    assert len(set(tokens)) == len(tokens) == 2  # never the same sentence twice, nor base with near
+    assert tuple(train[140].tokens) in tokens
+    assert len(tagger.select(pool, 4, "least-confidence", max_similarity=1.0, tag=False)) == 3
+
+
+def test_select_rejects_bad_options(trained):
+    from gpseq.errors import ConfigError
+
+    tagger, train = trained
+    for options in ({"strategy": "nope"}, {"level": "word"}, {"samples": 1}, {"max_similarity": 0.0},
+                    {"variance_scale": -1.0}):
+        with pytest.raises(ConfigError):
+            tagger.select(train[:5], 2, **options)
+
+
+def test_warm_start_maps_weights_by_feature_name_and_label(trained):
+    from gpseq.features import Featurizer, get_preset
+    from gpseq.warm_start import map_start, previous_arrays
+
+    tagger, train = trained
+    featurizer = Featurizer(get_preset("chunking")).fit(train[60:200])  # other features, other column order
+    labels = sorted({label for s in train[60:200] for label in s.labels}, reverse=True)  # other label order
+    start = map_start(tagger, featurizer, labels)
+    state = previous_arrays(tagger)
+    old_column = {name: i for i, name in enumerate(tagger.featurizer.feature_names())}
+    dense = start.dense(start.weights)
+    checked = 0
+    for j, name in enumerate(featurizer.feature_names()):
+        for v, label in enumerate(labels):
+            i, u = old_column.get(name), tagger.label_index.get(label)
+            expected = 0.0 if i is None or u is None else state["var:linear/q_mu"][i, u]
+            assert dense[j, v] == pytest.approx(expected)
+            checked += expected != 0
+    assert checked > 100
+    for v, label in enumerate(labels):
+        u = tagger.label_index.get(label)
+        assert start.bias[v] == pytest.approx(0.0 if u is None else state["var:label_bias"][u])
+
+
+def test_train_with_init_is_a_warm_started_round(trained):
+    from gpseq.features import get_preset
+    from gpseq.tagger import Tagger, TaggerConfig
+
+    tagger, train = trained
+    config = TaggerConfig(features=get_preset("chunking"))
+    warm = Tagger.train(train[:160], config, init=tagger)
+    assert warm.scores["warm_start"] and warm.scores["train_sentences"] == 160
+    assert len(warm.scores["lbfgs_iterations"]) == 1
+    assert warm.config.to_dict() == config.to_dict()  # the saved configuration is the user's
+    from gpseq.warm_start import previous_arrays
+
+    assert float(previous_arrays(warm)["var:temperature"]) == pytest.approx(
+        float(previous_arrays(tagger)["var:temperature"]))
+    accuracy = np.mean([p == g for t, s in zip(warm.tag(train[160:200]), train[160:200])
+                        for p, g in zip(t.labels, s.labels)])
+    assert accuracy > 0.8
