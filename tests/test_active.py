@@ -254,3 +254,130 @@ def test_train_with_init_is_a_warm_started_round(trained):
     accuracy = np.mean([p == g for t, s in zip(warm.tag(train[160:200]), train[160:200])
                         for p, g in zip(t.labels, s.labels)])
     assert accuracy > 0.8
+
+
+# ---- the command and the annotation-tool formats ------------------------------------------------
+POOL_TEXT = ("The committee approved the new budget on Tuesday. Mills reported a loss in London.\n\n"
+             "Harlow Mills said the plant in Essex would close. The budget was approved on Tuesday.\n\n"
+             "Shares of Acme Corp rose sharply after the report. A second paragraph follows here.\n")
+
+
+@pytest.fixture(scope="module")
+def cli_model(sample_dir, tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    base = tmp_path_factory.mktemp("select")
+    model = base / "model"
+    result = CliRunner().invoke(app, ["train", str(sample_dir / "train.conll"), "-o", str(model), "--features", "ner"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    pool = base / "pool.txt"
+    pool.write_text(POOL_TEXT, encoding="utf-8")
+    return model, pool, base
+
+
+def run_select(*args):
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    return CliRunner().invoke(app, ["select", *map(str, args)], catch_exceptions=False)
+
+
+def check_prodigy_task(task: dict) -> None:
+    """The fields of Prodigy's task format for ner_manual / spans_manual: text; tokens with text,
+    start, end (character offsets into text), id (0, 1, …) and ws; spans with start, end,
+    token_start, token_end (inclusive) and label, aligned with the tokens; meta of scalars."""
+    assert isinstance(task["text"], str) and task["text"]
+    tokens = task["tokens"]
+    for i, token in enumerate(tokens):
+        assert set(token) >= {"text", "start", "end", "id", "ws"}
+        assert token["id"] == i and isinstance(token["ws"], bool)
+        assert task["text"][token["start"]:token["end"]] == token["text"]
+        if i + 1 < len(tokens):
+            assert tokens[i + 1]["start"] == token["end"] + (1 if token["ws"] else 0)
+    for span in task["spans"]:
+        assert set(span) >= {"start", "end", "token_start", "token_end", "label"}
+        assert isinstance(span["label"], str) and span["label"]
+        assert 0 <= span["token_start"] <= span["token_end"] < len(tokens)
+        assert span["start"] == tokens[span["token_start"]]["start"]
+        assert span["end"] == tokens[span["token_end"]]["end"]
+        assert span["text"] == task["text"][span["start"]:span["end"]]
+        assert 0.0 <= span["score"] <= 1.0
+    assert all(isinstance(v, (str, int, float)) for v in task["meta"].values())
+    assert isinstance(task["meta"]["score"], float)
+
+
+def check_labelstudio_tasks(tasks: list, from_name="label", to_name="text") -> None:
+    """Label Studio's import format with pre-annotations ("Import pre-annotated data"): a list of
+    tasks, each {"data": {...the Text object's value key...}, "predictions": [{"model_version",
+    "score", "result": [{"id", "from_name", "to_name", "type": "labels", "value": {"start", "end",
+    "text", "labels": [...], "score"}}]}]}; result ids unique."""
+    assert isinstance(tasks, list) and tasks
+    ids = set()
+    for task in tasks:
+        text = task["data"][to_name]
+        assert isinstance(text, str) and text
+        for prediction in task["predictions"]:
+            assert isinstance(prediction["model_version"], str)
+            assert 0.0 <= prediction["score"] <= 1.0
+            for region in prediction["result"]:
+                assert region["from_name"] == from_name and region["to_name"] == to_name
+                assert region["type"] == "labels"
+                assert region["id"] not in ids
+                ids.add(region["id"])
+                value = region["value"]
+                assert 0 <= value["start"] < value["end"] <= len(text)
+                assert text[value["start"]:value["end"]] == value["text"]
+                assert isinstance(value["labels"], list) and len(value["labels"]) == 1
+                assert 0.0 <= value["score"] <= 1.0
+
+
+def test_select_command_writes_what_prodigy_and_label_studio_import(cli_model):
+    model, pool, base = cli_model
+    out = base / "tasks.jsonl"
+    result = run_select(model, pool, "-n", 3, "--format", "prodigy", "-o", out)
+    assert result.exit_code == 0, result.output
+    tasks = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(tasks) == 3
+    for task in tasks:
+        check_prodigy_task(task)
+    assert [t["meta"]["rank"] for t in tasks] == [1, 2, 3]
+    assert [t["meta"]["score"] for t in tasks] == sorted((t["meta"]["score"] for t in tasks), reverse=True)
+    out = base / "tasks.json"
+    result = run_select(model, pool, "-n", 3, "--format", "labelstudio", "-o", out, "--strategy", "margin")
+    assert result.exit_code == 0, result.output
+    check_labelstudio_tasks(json.loads(out.read_text(encoding="utf-8")))
+    # the span scores are the exact span probabilities of Tagger.tag of the task's tokens
+    from gpseq.tagger import Tagger
+
+    tagger = Tagger.load(model)
+    for task in tasks:
+        tagged = tagger.tag([[token["text"] for token in task["tokens"]]])[0]
+        assert [(s["label"], s["token_start"], s["token_end"] + 1) for s in task["spans"]] == [
+            span[:3] for span in tagged.spans]
+        assert [s["score"] for s in task["spans"]] == pytest.approx([span[3] for span in tagged.spans], abs=1e-5)
+
+
+def test_select_conll_output_trains_with_init_and_jsonl_carries_the_scores(cli_model):
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+    from gpseq.corpora import read_conll
+
+    model, pool, base = cli_model
+    picked = base / "picked.conll"
+    result = run_select(model, pool, "-n", 4, "--strategy", "entropy", "--level", "sequence", "-o", picked)
+    assert result.exit_code == 0, result.output
+    sentences = read_conll(picked)
+    assert len(sentences) == 4 and all(len(s.columns[0]) == 2 for s in sentences)
+    assert picked.read_text(encoding="utf-8").startswith("-DOCSTART- rank=1 score=")
+    record = json.loads(run_select(model, pool, "-n", 1, "--format", "jsonl").stdout.splitlines()[0])
+    assert record["select"]["rank"] == 1 and record["select"]["strategy"] == "bald"
+    result = CliRunner().invoke(app, ["train", str(picked), "-o", str(base / "round1"), "--features", "ner",
+                                      "--init", str(model)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    bad = run_select(model, pool, "-n", 2, "--strategy", "oracle")
+    assert bad.exit_code == 4 and "--strategy" in bad.output

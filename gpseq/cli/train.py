@@ -24,6 +24,7 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
   gpseq train train.data -o runs/crfpp --features template \\
       --likelihood pseudo --set training.batch_size=16
   gpseq train train.txt -o runs/chunk --resume   # continues from runs/chunk.ckpt
+  gpseq train train1.conll -o runs/r1 --init runs/r0   # warm start (active learning)
 
 """ + EXIT_CODES
 
@@ -88,6 +89,7 @@ def train(
     tag_scheme: Annotated[Optional[str], typer.Option(help="Tag scheme of the labels: iob1, iob2 (bio), bioes (for spans and chunk F1).")] = None,
     devices: Annotated[Optional[int], typer.Option(help="Number of devices (replicas) to train on (training.devices).")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="tf.distribute strategy: default, mirrored or multiworker (training.strategy).")] = None,
+    init: Annotated[Optional[Path], typer.Option("--init", help="Warm-start from this model directory (a round of active learning: its weights, prior and calibration, a third of the iterations; default training only).")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Train a tagger on a labelled CoNLL-style corpus and save it to a model directory."""
@@ -121,11 +123,16 @@ def train(
             warn_dev_only_labels(sentences, dev_sentences, dev)
 
         Tagger = tagger_module().Tagger
+        previous = None
+        if init is not None:
+            from gpseq.cli.common import load_tagger
+
+            previous = load_tagger(init)
         err = stderr()
         started = time.perf_counter()
         with TrainProgress(err) as bar:
             tagger = Tagger.train(sentences, tagger_config, dev=dev_sentences, callbacks=[bar],
-                                  checkpoint_dir=checkpoints, resume=resume)
+                                  checkpoint_dir=checkpoints, resume=resume, init=previous)
         elapsed = time.perf_counter() - started
         if not chief:
             err.print(f"worker done in {elapsed:.0f} s; the chief saves the model")

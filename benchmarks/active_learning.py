@@ -1,0 +1,242 @@
+"""Simulated annotation: does choosing sentences from the posterior beat choosing them at random?
+
+    python benchmarks/active_learning.py --json benchmarks/results/active_learning.json
+    python benchmarks/active_learning.py --quick      # a reduced run in a few minutes
+
+Protocol (issue 20), per corpus: start from `start` random training sentences; for `rounds`
+rounds, train (`Tagger.train` defaults, cold), evaluate on the test file (chunk F1, token NLL),
+then label the `step` sentences a strategy picks from the rest of the training file (the pool;
+labels revealed when picked); the model after the last round is evaluated too. Strategies:
+
+- gpseq `bald`, `entropy`, `least-confidence`, `random` (`Tagger.select`, defaults: token level,
+  no length normalisation, near-duplicate filter 0.8, seed 0);
+- `crfsuite-lc`: CRFsuite (sklearn-crfsuite, L-BFGS, c1 = c2 = 0.1, 100 iterations, as
+  benchmarks/versus_crf.py) on gpseq's feature strings, least confidence 1 − P(Viterbi path) on
+  its own marginals, its F1 and token NLL from its own labels and marginals;
+- `random-warm` (measuring the warm start, not a strategy): the `random` picks, each round trained
+  with `Tagger.train(init=previous round's tagger)`.
+
+Every strategy starts from the same sentences. Corpora: CoNLL-2000 chunking (start 100, step 100,
+8 rounds) and the CRF++ JapaneseNE set (216 training sentences only, so start 20, step 20, 8
+rounds: 100 + 8 × 100 does not fit; preset `ner`, EUC-JP). `--pool N` draws the pool from N random
+sentences of the rest of the training file instead of all of it (a reduced configuration; the
+JSON says so).
+
+Reported: per strategy and round the sentences and tokens labelled, chunk F1, token NLL, train and
+selection time; the sentences each strategy needs to reach random's final F1 (first round at or
+above it; None if never); the targets: bald reaches it with ≤ 60 % of random's final labels, and
+bald's F1 is above crfsuite-lc's at every round. With --plot a PNG of the learning curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _common import corpora_root, crfsuite_features, crfsuite_marginals, machine  # noqa: E402
+
+CRF_PARAMS = dict(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100, all_possible_transitions=True)
+GPSEQ_STRATEGIES = ("bald", "entropy", "least-confidence", "random")
+ALL = (*GPSEQ_STRATEGIES, "crfsuite-lc", "random-warm")
+CORPORA = {  # name: (train, test, preset, encoding, start, step)
+    "conll2000": ("conll2000/train.txt", "conll2000/test.txt", "chunking", "utf-8", 100, 100),
+    "japanesene": ("crfpp/JapaneseNE/train.data", "crfpp/JapaneseNE/test.data", "ner", "euc-jp", 20, 20),
+}
+
+
+def scores_of(report: dict) -> dict:
+    f1 = report.get("chunk_f1")
+    return {"f1": f1 if f1 is not None else report.get("token_accuracy"), "token_nll": report.get("token_nll")}
+
+
+def run_gpseq(strategy, train, labelled, pool_ids, test, config, rounds, step, seed, log):
+    from gpseq.tagger import Tagger
+
+    labelled = list(labelled)
+    curve, previous = [], None
+    for round_ in range(rounds + 1):
+        started = time.perf_counter()
+        warm = strategy == "random-warm" and previous is not None
+        tagger = Tagger.train([train[i] for i in labelled], config, init=previous if warm else None)
+        train_s = time.perf_counter() - started
+        point = {"round": round_, "sentences": len(labelled), "tokens": sum(len(train[i]) for i in labelled),
+                 **scores_of(tagger.evaluate(test).to_dict()), "train_s": train_s}
+        if round_ < rounds:
+            started = time.perf_counter()
+            chosen = set(labelled)
+            rest = [i for i in pool_ids if i not in chosen]
+            kind = "random" if strategy == "random-warm" else strategy
+            picked = tagger.select([train[i] for i in rest], step, kind, seed=seed + round_, tag=False)
+            labelled += [rest[p.index] for p in picked]
+            point["select_s"] = time.perf_counter() - started
+        previous = tagger
+        curve.append(point)
+        log(f"  {strategy:17s} round {round_}: {point['sentences']} sentences, F1 {point['f1']:.4f}, "
+            f"NLL {point['token_nll']:.4f}, train {train_s:.1f} s, select {point.get('select_s', 0):.1f} s")
+    return curve
+
+
+def run_crfsuite(train, labelled, pool_ids, test, features, rounds, step, log):
+    import sklearn_crfsuite
+
+    from gpseq.evaluate import evaluate
+    from gpseq.features import Featurizer
+
+    labelled = list(labelled)
+    curve = []
+    for round_ in range(rounds + 1):
+        started = time.perf_counter()
+        sentences = [train[i] for i in labelled]
+        featurizer = Featurizer(features).fit(sentences)
+        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
+        crf.fit(crfsuite_features(featurizer, sentences), [list(s.labels) for s in sentences])
+        train_s = time.perf_counter() - started
+        labels = list(crf.classes_)
+        X = crfsuite_features(featurizer, test)
+        report = evaluate([list(s.labels) for s in test], [list(crf.predict_single(x)) for x in X], labels=labels,
+                          probabilities=crfsuite_marginals(crf, X, labels)).to_dict()
+        point = {"round": round_, "sentences": len(labelled), "tokens": sum(len(train[i]) for i in labelled),
+                 **scores_of(report), "train_s": train_s}
+        if round_ < rounds:
+            started = time.perf_counter()
+            chosen = set(labelled)
+            rest = [i for i in pool_ids if i not in chosen]
+            tagger = crf.tagger_
+            confidence = []
+            for x in crfsuite_features(featurizer, [train[i] for i in rest]):
+                tagger.set(x)
+                confidence.append(tagger.probability(tagger.tag()))
+            order = np.argsort(np.asarray(confidence), kind="stable")[:step]  # least confident first
+            labelled += [rest[i] for i in order]
+            point["select_s"] = time.perf_counter() - started
+        curve.append(point)
+        log(f"  {'crfsuite-lc':17s} round {round_}: {point['sentences']} sentences, F1 {point['f1']:.4f}, "
+            f"NLL {point['token_nll']:.4f}, train {train_s:.1f} s, select {point.get('select_s', 0):.1f} s")
+    return curve
+
+
+def summarise(curves: dict) -> dict:
+    out = {}
+    random = curves.get("random")
+    if not random:
+        return out
+    target = random[-1]["f1"]
+    out["random_final_f1"], out["random_final_sentences"] = target, random[-1]["sentences"]
+    for name, curve in curves.items():
+        reached = next((p["sentences"] for p in curve if p["f1"] is not None and p["f1"] >= target), None)
+        out[f"{name}/sentences_to_random_final_f1"] = reached
+        out[f"{name}/share_of_random_labels"] = None if reached is None else reached / random[-1]["sentences"]
+        out[f"{name}/final_f1"], out[f"{name}/final_token_nll"] = curve[-1]["f1"], curve[-1]["token_nll"]
+    if "bald" in curves:
+        share = out["bald/share_of_random_labels"]
+        out["target/bald_reaches_random_final_f1_with_60pct"] = share is not None and share <= 0.6
+        if "crfsuite-lc" in curves:
+            out["target/bald_beats_crfsuite_lc_every_round"] = all(
+                b["f1"] > c["f1"] for b, c in zip(curves["bald"], curves["crfsuite-lc"]))
+    if "random-warm" in curves:
+        cold, warm = curves["random"], curves["random-warm"]
+        out["warm_start/max_f1_drop"] = max(c["f1"] - w["f1"] for c, w in zip(cold[1:], warm[1:]))
+        out["warm_start/max_nll_increase"] = max(w["token_nll"] - c["token_nll"] for c, w in zip(cold[1:], warm[1:]))
+        out["warm_start/train_s_ratio"] = sum(w["train_s"] for w in warm[1:]) / sum(c["train_s"] for c in cold[1:])
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    names = list(results["corpora"])
+    figure = Figure(figsize=(10, 4 * len(names)), layout="constrained")
+    axes = figure.subplots(len(names), 2, squeeze=False)
+    for row, name in enumerate(names):
+        for strategy, curve in results["corpora"][name]["curves"].items():
+            x = [p["sentences"] for p in curve]
+            style = "--" if strategy in ("crfsuite-lc", "random-warm") else "-"
+            axes[row, 0].plot(x, [p["f1"] for p in curve], style, marker="o", markersize=3, label=strategy)
+            axes[row, 1].plot(x, [p["token_nll"] for p in curve], style, marker="o", markersize=3, label=strategy)
+        axes[row, 0].set_title(f"{name}: chunk F1 (test)")
+        axes[row, 1].set_title(f"{name}: token NLL (test)")
+        for ax in axes[row]:
+            ax.set_xlabel("sentences labelled")
+            ax.grid(alpha=0.3)
+        axes[row, 0].legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png", dpi=90)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--plot", type=Path, help="write the learning curves as a PNG here")
+    parser.add_argument("--corpora", default="conll2000,japanesene")
+    parser.add_argument("--strategies", default=",".join(ALL))
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--pool", type=int, default=0, help="draw the pool from this many training sentences (0: all)")
+    parser.add_argument("--test", type=int, default=0, help="evaluate on the first N test sentences (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="conll2000 only, 3 rounds, pool 1500, test 500")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.corpora, args.rounds, args.pool, args.test = "conll2000", 3, 1500, 500
+    from gpseq.config import TaggerConfig
+    from gpseq.corpora import read_conll
+    from gpseq.features import get_preset
+
+    strategies = [s for s in args.strategies.split(",") if s]
+    results = {"meta": {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "argv": sys.argv[1:],
+                        "load_average": os.getloadavg(), "rounds": args.rounds, "pool": args.pool or "all",
+                        "test": args.test or "all", "seed": args.seed,
+                        "reduced": bool(args.pool or args.test or args.rounds != 8)},
+               "corpora": {}}
+
+    def log(message):
+        print(message, flush=True)
+
+    def save():
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(results, indent=1, default=float))
+
+    for name in args.corpora.split(","):
+        train_file, test_file, preset, encoding, start, step = CORPORA[name]
+        root = corpora_root()
+        train = read_conll(root / train_file, encoding=encoding)
+        test = read_conll(root / test_file, encoding=encoding)
+        if args.test:
+            test = test[: args.test]
+        rng = np.random.default_rng([args.seed, 20])
+        order = rng.permutation(len(train))
+        initial = sorted(order[:start].tolist())
+        pool_ids = sorted(order[start:].tolist() if not args.pool else order[start:start + args.pool].tolist())
+        config = TaggerConfig(features=get_preset(preset))
+        log(f"{name}: {len(train)} training sentences (start {start}, step {step}, pool {len(pool_ids)}), "
+            f"{len(test)} test sentences")
+        entry = results["corpora"][name] = {"start": start, "step": step, "pool_sentences": len(pool_ids),
+                                            "test_sentences": len(test), "curves": {}}
+        for strategy in strategies:
+            if strategy == "crfsuite-lc":
+                curve = run_crfsuite(train, initial, pool_ids, test, get_preset(preset), args.rounds, step, log)
+            else:
+                curve = run_gpseq(strategy, train, initial, pool_ids, test, config, args.rounds, step,
+                                  args.seed, log)
+            entry["curves"][strategy] = curve
+            entry["summary"] = summarise(entry["curves"])
+            save()
+        log(json.dumps(entry["summary"], indent=1))
+    save()
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

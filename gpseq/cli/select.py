@@ -1,0 +1,150 @@
+"""`gpseq select`: read an unlabelled pool (raw text or CoNLL), rank its sentences with
+`Tagger.select` a chunk at a time, write the top N with their scores and the current predictions
+for an annotation tool (`gpseq.annotation`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.outputs import check_tag_output, output_file
+from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
+from gpseq.corpora.text import TEXT_MAX_TOKENS
+from gpseq.errors import ConfigError
+
+SELECT_EXAMPLES = """[b]Examples[/b]
+
+  gpseq select runs/chunk pool.txt -n 100 -o picked.conll
+  gpseq select runs/ner pool.txt -n 50 --format prodigy -o tasks.jsonl
+  gpseq select runs/ner pool.txt -n 50 --format labelstudio -o tasks.json
+  gpseq select runs/chunk pool.conll -n 100 --strategy entropy --level sequence --normalise
+
+[b]The loop[/b]
+
+  gpseq select runs/r0 pool.txt -n 100 -o round1.conll   # correct the labels
+  cat train.conll round1.conll > train1.conll
+  gpseq train train1.conll -o runs/r1 --init runs/r0
+
+[b]Strategies[/b] (higher score = more worth annotating)
+
+  bald              mutual information between the labels and f, from
+                    posterior draws (epistemic uncertainty; default)
+  entropy           entropy of the predictive marginals (--level sequence:
+                    of the label sequence)
+  least-confidence  1 - P(most probable label sequence)
+  margin            1 - (P(best) - P(second best sequence))
+  random            a seeded random order
+
+[b]Output formats[/b]
+
+  conll        a -DOCSTART- line with rank, score, strategy and source, then
+               the pool's columns with the predicted label appended (trains
+               as it is once corrected)
+  jsonl        gpseq tag's JSONL record plus "select": {rank, score,
+               strategy, index}
+  prodigy      a Prodigy task stream: text, tokens, spans (with score =
+               their probability), meta {score, strategy, rank, source}
+  labelstudio  a Label Studio import file (JSON list) with predictions:
+               spans pre-filled, each with its probability as "score"
+
+""" + EXIT_CODES
+
+
+class SelectProgress:
+    """A rich progress line fed by `select`'s progress(sentences, tokens) calls."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]scoring pool"), BarColumn(bar_width=24), TextColumn("{task.completed:,} sentences"),
+            TextColumn("{task.fields[tokens]:,} tokens"), TimeElapsedColumn(), console=console, transient=False,
+        )
+        self.task = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        self.task = self.bar.add_task("select", total=None, tokens=0)
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def __call__(self, sentences: int, tokens: int) -> None:
+        self.bar.update(self.task, completed=sentences, tokens=tokens)
+
+
+@app.command(epilog=SELECT_EXAMPLES)
+@command
+def select(
+    model_dir: ModelDir,
+    files: Annotated[list[Path], typer.Argument(help="Unlabelled pool files; - reads stdin.", show_default=False)],
+    n: Annotated[int, typer.Option("-n", "--n", help="How many sentences to pick.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    strategy: Annotated[str, typer.Option(help="bald, entropy, least-confidence, margin or random.")] = "bald",
+    format_: Annotated[str, typer.Option("--format", help="conll, jsonl, prodigy or labelstudio.")] = "conll",
+    level: Annotated[str, typer.Option(help="bald/entropy over token marginals (token) or label sequences (sequence).")] = "token",
+    normalise: Annotated[bool, typer.Option("--normalise", help="Divide scores by the sentence length (per-token geometric mean for path probabilities).")] = False,
+    samples: Annotated[Optional[int], typer.Option(help="Posterior draws (bald: default 16; others: Monte Carlo predictive instead of the deterministic one).")] = None,
+    max_similarity: Annotated[float, typer.Option(help="Skip a sentence whose token types overlap a picked one by more than this (Jaccard); 1 keeps near-duplicates (exact duplicates never).")] = 0.8,
+    seed: Annotated[int, typer.Option(help="Seed of the draws, the random strategy and ties.")] = 0,
+    input_format: Annotated[str, typer.Option(help="text, conll, crfpp, conllu or auto (as gpseq tag).")] = "auto",
+    token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
+    encoding: Annotated[str, typer.Option(help="Encoding of the pool files.")] = "utf-8",
+    text_max_tokens: Annotated[int, typer.Option(help="text input: split longer sentences into pieces of at most this many tokens.")] = TEXT_MAX_TOKENS,
+    chunk_size: Annotated[int, typer.Option(help="Sentences read and scored at a time (bounds memory).")] = 2048,
+    model_version: Annotated[str, typer.Option(help="labelstudio: the predictions' model_version (default: the model directory's name).")] = "",
+    from_name: Annotated[str, typer.Option(help="labelstudio: the Labels control's name in the labeling config.")] = "label",
+    to_name: Annotated[str, typer.Option(help="labelstudio: the Text object's name in the labeling config.")] = "text",
+    verbose: Verbose = False,
+) -> None:
+    """Pick the sentences of an unlabelled pool most worth annotating, with the current predictions."""
+    from gpseq.active import LEVELS, STRATEGIES
+    from gpseq.annotation import FORMATS, write_selection
+    from gpseq.corpora import is_chunk_labelling
+
+    if n < 1:
+        raise ConfigError(f"-n must be >= 1; got {n}")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
+    if format_ not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}; got {format_!r}")
+    if level not in LEVELS:
+        raise ConfigError(f"--level must be token or sequence; got {level!r}")
+    if input_format not in INPUT_FORMATS:
+        raise ConfigError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}; got {input_format!r}")
+    if not 0.0 < max_similarity <= 1.0:
+        raise ConfigError(f"--max-similarity must be in (0, 1]; got {max_similarity}")
+    if chunk_size < 1 or text_max_tokens < 1:
+        raise ConfigError("--chunk-size and --text-max-tokens must be >= 1")
+    for path in files:
+        require_file(path)
+    check_tag_output(output, files, model_dir)
+    tagger = load_tagger(model_dir)
+    check_text_input(tagger, files, input_format)
+    scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
+    pool = iter_inputs(files, input_format, token_column, encoding, tagger.config.features.lang, text_max_tokens)
+    started = time.perf_counter()
+    err = stderr()
+    with SelectProgress(err) as bar:
+        picked = tagger.select(pool, n, strategy, level=level, normalise=normalise, samples=samples,
+                               max_similarity=max_similarity, seed=seed, chunk_size=chunk_size, progress=bar)
+    scanned = bar.bar.tasks[0].completed if bar.bar.tasks else 0
+    with contextlib.ExitStack() as stack:
+        if output is None:
+            stream = sys.stdout
+        else:
+            target = stack.enter_context(output_file(output))
+            stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
+        write_selection(stream, picked, format_, strategy, scheme, model_version=model_version or model_dir.name,
+                        from_name=from_name, to_name=to_name)
+        stream.flush()
+    elapsed = time.perf_counter() - started
+    err.print(f"picked {len(picked)} of {int(scanned):,} sentences by {strategy} in {elapsed:.1f} s"
+              + (f" → {output}" if output is not None else ""))
