@@ -37,11 +37,11 @@ most that many tokens (each its own chain): the token sums are exact, the sequen
 the pieces' (their dependence across a cut is ignored) and path probabilities multiply.
 
 `select` streams the pool in chunks (memory bounded by the chunk and the candidates kept, not by
-the pool: a pool of 1 M tokens is fine), keeps the best `n · candidates` sentences, and picks
-the batch greedily by score, skipping exact duplicates of a picked sentence (the same token
-sequence) and near-duplicates (Jaccard similarity of the lower-cased token types above
-`max_similarity`). Ties are broken by a seeded random key, so a ranking is reproducible under
-its seed.
+the pool: a pool of 1 M tokens is fine), keeps the best `n · candidates` sentences — never two
+with the same token sequence (the first read stays) — and picks the batch greedily by score,
+skipping near-duplicates of a picked sentence (Jaccard similarity of the lower-cased token types
+above `max_similarity`). Ties are broken by a seeded random key, so a ranking is reproducible
+under its seed.
 """
 
 from __future__ import annotations
@@ -389,6 +389,7 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
 
     keep = n * candidates
     best: list[tuple] = []  # min-heap of (score, tie key, index, sentence): the `keep` best so far
+    kept: set[tuple] = set()  # their token sequences
     done = tokens = 0
     for number, chunk in enumerate(_chunks(pool, chunk_size)):
         chunk = _as_sentences(chunk)
@@ -401,10 +402,16 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
         ties = np.random.default_rng([seed, number, 3]).random(len(chunk))
         for i in usable:
             entry = (float(scores[i]), float(ties[i]), done + i, chunk[i])
+            key = tuple(chunk[i].tokens)
+            if key in kept:  # an exact duplicate of a candidate: never two of them
+                continue
             if len(best) < keep:
                 heapq.heappush(best, entry)
             elif entry[:2] > best[0][:2]:
-                heapq.heapreplace(best, entry)
+                kept.discard(tuple(heapq.heapreplace(best, entry)[3].tokens))
+            else:
+                continue
+            kept.add(key)
         done += len(chunk)
         tokens += sum(len(s.tokens) for s in chunk)
         if progress is not None:

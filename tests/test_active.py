@@ -381,3 +381,11 @@ def test_select_conll_output_trains_with_init_and_jsonl_carries_the_scores(cli_m
     assert result.exit_code == 0, result.output
     bad = run_select(model, pool, "-n", 2, "--strategy", "oracle")
     assert bad.exit_code == 4 and "--strategy" in bad.output
+
+
+def test_a_pool_of_repeated_sentences_still_gives_n_distinct_ones(trained):
+    tagger, train = trained
+    pool = [s for _ in range(5) for s in train[120:170]]  # every sentence five times
+    picked = tagger.select(pool, 30, "entropy", max_similarity=1.0, candidates=1, chunk_size=60, tag=False)
+    assert len(picked) == 30 and len({tuple(p.sentence.tokens) for p in picked}) == 30
+    assert all(p.index < 50 for p in picked)  # the first copy read stays
