@@ -75,8 +75,8 @@ def labelstudio_task(item, rank: int, strategy: str, scheme: str | None, *, mode
     tagged = item.tagged
     text, offsets, _ = token_offsets(item.sentence, tagged.tokens)
     result = [{"id": f"r{rank}-{n}", "from_name": from_name, "to_name": to_name, "type": "labels",
-               "value": {"start": offsets[i][0], "end": offsets[j - 1][1], "text": text[offsets[i][0]:offsets[j - 1][1]],
-                         "labels": [label], "score": round(p, 6)}}
+               "value": {"start": offsets[i][0], "end": offsets[j - 1][1],
+                         "text": text[offsets[i][0]:offsets[j - 1][1]], "labels": [label], "score": round(p, 6)}}
               for n, (label, i, j, p) in enumerate(labelled_spans(tagged, scheme))]
     confidence = math.exp(tagged.sequence_log_prob) if math.isfinite(tagged.sequence_log_prob) else 0.0
     data = {"text": text, "gpseq_score": round(item.score, 6), "gpseq_rank": rank, "gpseq_strategy": strategy}
