@@ -313,3 +313,107 @@ def test_calibration_on_a_few_tokens_is_the_map_temperature_under_its_prior():
     totals = [-log_p(g)[np.arange(N), labels].sum() + 0.5 * (g / LOG_TEMPERATURE_SCALE) ** 2 for g in grid]
     assert np.log(fitted["temperature"]) == pytest.approx(grid[int(np.argmin(totals))], abs=2e-3)
     assert 0.2 < fitted["temperature"] < 1.0  # sharpened, but not to the bound
+
+
+def test_l1_map_satisfies_the_elastic_net_optimality_conditions_by_autodiff():
+    """fit_laplace with an L1 strength λ: at the optimum, by TensorFlow autodiff of the chain
+    likelihood + Gaussian prior (independent of the NumPy objective), every nonzero weight has
+    ∂/∂w + λ sign(w) = 0 and every zero weight |∂/∂w| ≤ λ; some weights are exactly zero."""
+    rng = np.random.default_rng(4)
+    data = _synthetic(rng, n_seq=20, D=40, max_len=3)
+    D, V, strength = data.rows.shape[1], 3, 0.8
+    groups = np.zeros(D, np.int64)
+    fit = fit_laplace(NumpyChainObjective(data, V, dtype="float64"), groups, ["all"], prior_variance=2.0,
+                      pairwise_prior_variance=2.0, bias_prior_variance=5.0, l1=strength, max_iterations=2000,
+                      tolerance=0.0)
+    support = observed_pairs(data, V)
+    batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
+    w_obs, b, p = (tf.Variable(fit.weights), tf.Variable(fit.bias), tf.Variable(fit.pairwise))
+    with tf.GradientTape() as tape:
+        w = tf.reshape(tf.scatter_nd(support[:, None], w_obs, [D * V]), [D, V])
+        unary = b + tf.einsum("btf,btfv->btv", batch["values"], tf.gather(tf.gather(w, batch["feature_ids"]),
+                                                                          batch["indices"]))
+        smooth = (-tf.reduce_sum(chain.log_likelihood(batch["labels"], unary, p, batch["lengths"]))
+                  + 0.5 * tf.reduce_sum(w_obs**2) / 2.0 + 0.5 * tf.reduce_sum(p**2) / 2.0
+                  + 0.5 * tf.reduce_sum(b**2) / 5.0)
+    g_w, g_b, g_p = (g.numpy() for g in tape.gradient(smooth, [w_obs, b, p]))
+    nonzero = fit.weights != 0.0
+    assert 0 < nonzero.sum() < len(nonzero)
+    np.testing.assert_allclose(g_w[nonzero] + strength * np.sign(fit.weights[nonzero]), 0.0, atol=1e-5)
+    assert np.all(np.abs(g_w[~nonzero]) <= strength + 1e-6)
+    np.testing.assert_allclose(g_b, 0.0, atol=1e-5)  # biases and pairwise: no L1
+    np.testing.assert_allclose(g_p, 0.0, atol=1e-5)
+
+
+def test_calibration_over_parts_is_calibration_of_their_union():
+    """fit_calibration_parts pools the held-out NLL: parts that share their potentials give the
+    fit of the concatenated corpus."""
+    from gpseq.training.calibration import fit_calibration_parts
+
+    rng = np.random.default_rng(2)
+    V = 3
+    lengths = rng.integers(1, 6, size=30)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mean = rng.normal(size=(offsets[-1], V)) * 2.0
+    variance = rng.uniform(0.1, 3.0, size=mean.shape)
+    pair_mean, pair_variance = rng.normal(size=(V, V)), rng.uniform(0.1, 1.0, size=(V, V))
+    labels = rng.integers(V, size=offsets[-1]).astype(np.int32)
+    whole = fit_calibration(mean, variance, pair_mean, pair_variance, labels, offsets)
+    cut = offsets[12]
+    parts = [(mean[:cut], variance[:cut], pair_mean, pair_variance, labels[:cut], offsets[:13]),
+             (mean[cut:], variance[cut:], pair_mean, pair_variance, labels[cut:], offsets[12:] - cut)]
+    pooled = fit_calibration_parts(parts)
+    for key in ("variance_scale", "temperature", "dev_token_nll"):
+        assert pooled[key] == pytest.approx(whole[key], rel=1e-6)
+
+
+def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
+    """A small corpus cross-fits: the held-out NLL reported for a prior is the token NLL of the
+    out-of-fold predictions of fits on the other folds, at the calibrated (α, T) — recomputed
+    here with independent fold fits and the TensorFlow chain's marginals."""
+    from conftest import SAMPLE
+
+    from gpseq.corpora import kfold_indices, read_conll
+    from gpseq.features import Featurizer, get_preset
+    from gpseq.tagger import TaggerConfig
+    from gpseq.training.calibration import calibrated_potentials
+    from gpseq.training.laplace import concatenate, train_laplace
+
+    sentences = read_conll(SAMPLE / "train.conll")[:48]
+    featurizer = Featurizer(get_preset("pos")).fit(sentences)
+    labels = sorted({label for s in sentences for label in s.labels})
+    index = {label: i for i, label in enumerate(labels)}
+
+    def data_of(part):
+        matrix = featurizer.transform(part)
+        ids = np.array([index[label] for s in part for label in s.labels], np.int64)
+        return SequenceData(matrix.rows.tocsr(), np.asarray(matrix.offsets, np.int64), ids)
+
+    config = TaggerConfig()
+    config.training.prior_variance_grid, config.training.l1_grid = [4.0], [0.3]
+    config.training.max_iterations = 60
+    train, dev = data_of(sentences[:40]), data_of(sentences[40:])
+    _, scores = train_laplace(config, featurizer, len(labels), train, dev)
+    assert scores["cross_fit_folds"] == config.training.cross_fit_folds == 3
+    reported = scores["dev_token_nll_by_prior"]["4/0.3"]
+    alpha, temperature = scores["calibration"]["variance_scale"], scores["calibration"]["temperature"]
+
+    combined = concatenate(train, dev)
+    groups, names = featurizer.column_groups()
+    total, count = 0.0, 0
+    for inside, held in kfold_indices(len(combined), 3, seed=config.training.seed):
+        fit = fit_laplace(NumpyChainObjective(combined.subset(inside), len(labels)), groups, names,
+                          prior_variance=4.0, l1=0.3, pairwise_prior_variance=config.model.pairwise_prior_variance,
+                          max_iterations=60)
+        part = combined.subset(held)
+        unary, pairwise = calibrated_potentials(*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance,
+                                                alpha, temperature)
+        padded = np.zeros((len(part), part.lengths.max(), len(labels)))
+        for b in range(len(part)):
+            padded[b, : part.lengths[b]] = unary[part.offsets[b] : part.offsets[b + 1]]
+        marg, _ = chain.marginals(tf.constant(padded), tf.constant(pairwise), tf.constant(part.lengths, tf.int32))
+        for b in range(len(part)):
+            gold = part.label_ids[part.offsets[b] : part.offsets[b + 1]]
+            total -= np.log(np.maximum(marg.numpy()[b, np.arange(len(gold)), gold], 1e-12)).sum()
+            count += len(gold)
+    assert reported == pytest.approx(total / count, rel=2e-3)  # float32 objective in the fits

@@ -29,26 +29,38 @@ def calibrated_potentials(mean, variance, pair_mean, pair_variance, alpha: float
 
 
 def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarray, pair_variance: np.ndarray,
-                    labels: np.ndarray, offsets: np.ndarray, *, bounds=((-12.0, 3.0), (-2.0, 2.0)),
-                    start=(1e-5, 1.0), log_temperature_scale: float = LOG_TEMPERATURE_SCALE) -> dict[str, float]:
+                    labels: np.ndarray, offsets: np.ndarray, **options) -> dict[str, float]:
     """Fit α and T by the token NLL of held-out sentences (`offsets [B+1]` into their tokens;
     unary moments `mean`, `variance` `[N, V]` and gold `labels [N]` in corpus order, −1 = a label
     the model does not know, skipped) plus a prior log T ~ N(0, `log_temperature_scale`²) (MAP):
     negligible on a dev split of thousands of tokens, it keeps a split of a few sentences from
     fitting an extreme T; returns α, T and the dev NLL per token before and after."""
+    return fit_calibration_parts([(mean, variance, pair_mean, pair_variance, labels, offsets)], **options)
+
+
+def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1e-5, 1.0),
+                          log_temperature_scale: float = LOG_TEMPERATURE_SCALE) -> dict[str, float]:
+    """`fit_calibration` of one (α, T) over several held-out parts, each
+    `(mean, variance, pair_mean, pair_variance, labels, offsets)` predicted by its own fit (the
+    out-of-fold predictions of cross-fitting): the NLL is per token of all parts together."""
     from scipy.optimize import minimize, minimize_scalar
 
-    layout = TimeMajor(offsets)
-    mean, variance = mean[layout.order], variance[layout.order]
-    labels = labels[layout.order]
-    token = np.flatnonzero(labels >= 0)
-    gold = labels[token]
-    count = max(1, len(token))
+    prepared = []
+    for mean, variance, pair_mean, pair_variance, labels, offsets in parts:
+        layout = TimeMajor(offsets)
+        labels = labels[layout.order]
+        token = np.flatnonzero(labels >= 0)
+        prepared.append((layout, mean[layout.order], variance[layout.order], pair_mean, pair_variance, token,
+                         labels[token]))
+    count = max(1, sum(len(part[5]) for part in prepared))
 
     def token_nll(x):
-        unary, pairwise = calibrated_potentials(mean, variance, pair_mean, pair_variance, *np.exp(x))
-        marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
-        return -np.log(np.maximum(marg[token, gold], 1e-12)).sum() / count
+        total = 0.0
+        for layout, mean, variance, pair_mean, pair_variance, token, gold in prepared:
+            unary, pairwise = calibrated_potentials(mean, variance, pair_mean, pair_variance, *np.exp(x))
+            marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
+            total -= np.log(np.maximum(marg[token, gold], 1e-12)).sum()
+        return total / count
 
     def objective(x):  # per token: dev NLL + the prior on log T
         return token_nll(x) + 0.5 * (x[1] / log_temperature_scale) ** 2 / count

@@ -18,8 +18,14 @@ class TrainingConfig:
     # variances, for the weight-space linear model) | "svi" (the ELBO by Adam) | "auto" (laplace
     # where the model allows it)
     max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
-    prior_variance_grid: list = field(default_factory=lambda: [1.0, 4.0, 16.0])  # laplace: σ² of the
-    # weights chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
+    prior_variance_grid: list = field(default_factory=lambda: [16.0])  # laplace: σ² of the weights
+    # chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
+    l1_grid: list = field(default_factory=lambda: [1.0, 0.3, 0.1])  # laplace: strengths of the Laplace
+    # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
+    # sparsest fit); the first pair (σ², l1) is the model without a dev split
+    cross_fit_folds: int = 3  # laplace, small corpora: choose (σ², l1) and calibrate on out-of-fold
+    cross_fit_tokens: int = 20000  # predictions of this many folds of train + dev when they hold at most
+    # this many tokens (a dev split of a few sentences is too noisy to choose or calibrate on); 0 = never
     evidence_rounds: int = 0  # prior-variance updates, each followed by a warm-started refit (laplace)
     calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
     refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)
@@ -62,6 +68,12 @@ class TrainingConfig:
             raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
         if not 0.0 <= self.dev_fraction < 1.0:
             raise ConfigError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
+        if self.cross_fit_folds == 1 or self.cross_fit_folds < 0 or self.cross_fit_tokens < 0:
+            raise ConfigError("cross_fit_folds must be 0 or >= 2 and cross_fit_tokens >= 0")
+        if any(not isinstance(v, (int, float)) or v <= 0 for v in self.prior_variance_grid or []):
+            raise ConfigError(f"prior_variance_grid must hold positive numbers, got {self.prior_variance_grid}")
+        if any(not isinstance(v, (int, float)) or v < 0 for v in self.l1_grid or []):
+            raise ConfigError(f"l1_grid must hold numbers >= 0, got {self.l1_grid}")
 
 
 @dataclass

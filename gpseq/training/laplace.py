@@ -31,9 +31,10 @@ from typing import Callable
 
 import numpy as np
 
+from gpseq.corpora.splits import kfold_indices
 from gpseq.errors import NumericalError
 from gpseq.training.batching import SequenceData
-from gpseq.training.calibration import fit_calibration
+from gpseq.training.calibration import fit_calibration, fit_calibration_parts
 from gpseq.training.chain_objective import NumpyChainObjective
 from gpseq.training.lbfgs import minimize_lbfgs
 
@@ -241,6 +242,26 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
 
 
+def prior_candidates(training, model, has_dev: bool) -> list[tuple[float, float]]:
+    """The (σ², l1) pairs the default training compares on the dev split, in fitting order (each
+    fit warm-started from the previous one): for each σ² of `prior_variance_grid`, the L1
+    strengths of `l1_grid` (strongest first: a path from the sparsest model). Without a dev split
+    (or calibration) there is nothing to compare: the first pair."""
+    variances = sorted(training.prior_variance_grid or []) or [model.prior_variance]
+    strengths = list(training.l1_grid or []) or [0.0]
+    pairs = [(float(v), float(l1)) for v in variances for l1 in strengths]
+    return pairs if has_dev and training.calibrate else pairs[:1]
+
+
+def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
+    """Whether the default training cross-fits: a small corpus (train + dev within
+    `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds."""
+    if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
+        return False
+    tokens = len(data.label_ids) + len(dev_data.label_ids)
+    return tokens <= training.cross_fit_tokens and len(data) + len(dev_data) >= 2 * training.cross_fit_folds
+
+
 def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None):
     from gpseq.training.config import Progress
 
@@ -249,8 +270,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
     has_dev = dev_data is not None and len(dev_data) > 0
-    grid = sorted(tcfg.prior_variance_grid or []) if has_dev and tcfg.calibrate else []
-    grid = grid or [mcfg.prior_variance]
+    grid = prior_candidates(tcfg, mcfg, has_dev)
     total = budget + (len(grid) - 1 + tcfg.evidence_rounds * len(grid)) * refit
     start = time.perf_counter()
     done = [0]
@@ -260,46 +280,83 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         for callback in callbacks or []:
             callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
 
-    def fit(objective, prior_variance, iterations, warm, evidence_rounds=0):
-        return fit_laplace(objective, groups, names, prior_variance=prior_variance,
+    def fit(objective, prior, iterations, warm, evidence_rounds=0):
+        prior_variance, l1 = prior
+        return fit_laplace(objective, groups, names, prior_variance=prior_variance, l1=l1,
                            pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
                            max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
 
-    objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-    iterations, candidates, best, current = [], {}, None, init
-    calibration_start = (1e-5, 1.0)
-    for number, prior_variance in enumerate(grid):
-        current = fit(objective, prior_variance, budget if number == 0 else refit, current, tcfg.evidence_rounds)
-        iterations += current.report.iterations
-        calibration = calibrate(current, dev_data, calibration_start) if has_dev and tcfg.calibrate else None
-        dev_nll = calibration["dev_token_nll"] if calibration else None
-        if calibration:
-            calibration_start = (calibration["variance_scale"], calibration["temperature"])
-        candidates[str(prior_variance)] = dev_nll
-        if best is None or (dev_nll is not None and dev_nll < best[0]):
-            best = (dev_nll, prior_variance, current, calibration)
-    dev_nll, prior_variance, chosen, calibration = best
-    report = chosen.report
-    scores = {"method": "laplace", "prior_variance": prior_variance, "prior_variances": report.prior_variances,
-              "objective_per_token": report.objective_per_token}
-    if len(grid) > 1:
-        scores["dev_token_nll_by_prior_variance"] = candidates
-    if calibration:
-        scores["calibration"] = calibration
-    if has_dev and tcfg.refit_with_dev:
-        # the held-out split has served (prior variance, calibration); the final weights see it too
+    if has_dev and tcfg.refit_with_dev or cross_fitting(tcfg, data, dev_data):
+        # sentences of dev with a label train never saw cannot be trained on
         clean = np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0
         combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
-        total += refit
-        del objective
-        chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior_variance, refit, chosen)
-        iterations += chosen.report.iterations
-        scores["refit_sentences"] = len(combined)
-    scores.update(steps=done[0], lbfgs_iterations=iterations)
+    iterations, candidates = [], {}
+    if cross_fitting(tcfg, data, dev_data):
+        folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
+        total = len(folds) * total + budget + (len(grid) - 1) * refit
+        held_out = {prior: [] for prior in grid}
+        for inside, held in folds:
+            current, part = None, combined.subset(held)
+            objective = NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
+            for number, prior in enumerate(grid):
+                current = fit(objective, prior, budget if number == 0 else refit, current)
+                iterations += current.report.iterations
+                mean, variance = current.unary_moments(part.rows)
+                held_out[prior].append((mean, variance, current.pairwise, current.pairwise_variance,
+                                        part.label_ids, part.offsets))
+        best = None
+        for prior in grid:
+            calibration = fit_calibration_parts(held_out[prior])
+            candidates[f"{prior[0]:g}/{prior[1]:g}"] = calibration["dev_token_nll"]
+            if best is None or calibration["dev_token_nll"] < best[0]:
+                best = (calibration["dev_token_nll"], prior, None, calibration)
+        dev_nll, prior, _, calibration = best
+        del held_out, objective
+        # the final fit: the same warm-started path on all the sentences, up to the chosen pair
+        objective, chosen = NumpyChainObjective(combined, num_labels, dtype=config.dtype), init
+        for number, step in enumerate(grid[: grid.index(prior) + 1]):
+            chosen = fit(objective, step, budget if number == 0 else refit, chosen)
+            iterations += chosen.report.iterations
+        report = chosen.report
+        scores = {"method": "laplace", "prior_variance": prior[0], "l1": prior[1], "cross_fit_folds": len(folds),
+                  "prior_variances": report.prior_variances, "objective_per_token": report.objective_per_token,
+                  "dev_token_nll_by_prior": candidates, "calibration": calibration,
+                  "refit_sentences": len(combined)}
+    else:
+        objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
+        best, current = None, init
+        calibration_start = (1e-5, 1.0)
+        for number, prior in enumerate(grid):
+            current = fit(objective, prior, budget if number == 0 else refit, current, tcfg.evidence_rounds)
+            iterations += current.report.iterations
+            calibration = calibrate(current, dev_data, calibration_start) if has_dev and tcfg.calibrate else None
+            dev_nll = calibration["dev_token_nll"] if calibration else None
+            if calibration:
+                calibration_start = (calibration["variance_scale"], calibration["temperature"])
+            candidates[f"{prior[0]:g}/{prior[1]:g}"] = dev_nll
+            if best is None or (dev_nll is not None and dev_nll < best[0]):
+                best = (dev_nll, prior, current, calibration)
+        dev_nll, prior, chosen, calibration = best
+        report = chosen.report
+        scores = {"method": "laplace", "prior_variance": prior[0], "l1": prior[1],
+                  "prior_variances": report.prior_variances, "objective_per_token": report.objective_per_token}
+        if len(grid) > 1:
+            scores["dev_token_nll_by_prior"] = candidates
+        if calibration:
+            scores["calibration"] = calibration
+        if has_dev and tcfg.refit_with_dev:
+            # the held-out split has served (prior, calibration); the final weights see it too
+            total += refit
+            del objective
+            chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior, refit, chosen)
+            iterations += chosen.report.iterations
+            scores["refit_sentences"] = len(combined)
+    scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
+                  free_weights=chosen.report.free_weights)
     for callback in callbacks or []:
         callback(Progress(done[0], total, len(grid), -report.objective_per_token[-1], event="done",
                           dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
     alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
-    state = model_state(chosen, prior_variance=prior_variance, alpha=alpha, temperature=temperature,
+    state = model_state(chosen, prior_variance=prior[0], alpha=alpha, temperature=temperature,
                         dtype=config.dtype)
     return state, scores
