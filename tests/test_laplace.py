@@ -377,7 +377,7 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     from gpseq.features import Featurizer, get_preset
     from gpseq.tagger import TaggerConfig
     from gpseq.training.calibration import calibrated_potentials
-    from gpseq.training.laplace import concatenate, train_laplace
+    from gpseq.training.laplace import FOLD_BUDGET_SHARE, concatenate, train_laplace
 
     sentences = read_conll(SAMPLE / "train.conll")[:48]
     featurizer = Featurizer(get_preset("pos")).fit(sentences)
@@ -404,7 +404,7 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     for inside, held in kfold_indices(len(combined), 3, seed=config.training.seed):
         fit = fit_laplace(NumpyChainObjective(combined.subset(inside), len(labels)), groups, names,
                           prior_variance=4.0, l1=0.3, pairwise_prior_variance=config.model.pairwise_prior_variance,
-                          max_iterations=60)
+                          max_iterations=int(FOLD_BUDGET_SHARE * 60))
         part = combined.subset(held)
         unary, pairwise = calibrated_potentials(*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance,
                                                 alpha, temperature)
