@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -34,63 +33,13 @@ from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing
 from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_arrays, check_meta_shapes, json_default,
                               read_model_meta)
 from gpseq.prediction import Predictor
+from gpseq.tagging import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
 from gpseq.training.batching import SequenceData
 from gpseq.training.config import Progress
 
-__all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]
+__all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives in gpseq.tagging
 
 log = logging.getLogger("gpseq")
-DECODERS = ("viterbi", "max-marginal", "span-f1")
-SPAN_F1_MIN_PROB = 1e-3  # span-F1 decoding considers the spans at least this probable
-
-
-@dataclass
-class TaggedSentence:
-    """A tagged sentence: labels, per-token label distributions, sequence log-probability."""
-
-    tokens: list[str]
-    labels: list[str]
-    probabilities: np.ndarray  # [T, V] per-token marginals p(y_t = v | X), rows sum to 1
-    label_set: list[str]
-    sequence_log_prob: float  # log p(predicted label path | X) under the predictive (see `Tagger.tag`)
-    # chunks of `labels` (type, start, end exclusive, P(this exact span | X)); [] for non-chunk labels
-    spans: list[tuple[str, int, int, float]] = field(default_factory=list)
-    span_probability: str = "exact"  # how `spans` were scored: "exact" or "product" (of token marginals)
-    nbest: list[tuple[list[str], float]] | None = None  # [(labels, P(labels | X))], most probable first
-    abstain_below: float | None = None  # the threshold of `abstained` / `span_abstained` (None: no abstention)
-
-    @property
-    def confidences(self) -> list[float]:
-        """p(y_t = predicted label) per token."""
-        index = {label: i for i, label in enumerate(self.label_set)}
-        return [float(self.probabilities[t, index[label]]) for t, label in enumerate(self.labels)]
-
-    @property
-    def abstained(self) -> list[bool]:
-        """Per token: its confidence is below `abstain_below` (the label is kept; all False without a threshold)."""
-        if self.abstain_below is None:
-            return [False] * len(self.labels)
-        return [p < self.abstain_below for p in self.confidences]
-
-    @property
-    def span_abstained(self) -> list[bool]:
-        """Per span of `spans`: its probability is below `abstain_below`."""
-        if self.abstain_below is None:
-            return [False] * len(self.spans)
-        return [p < self.abstain_below for *_, p in self.spans]
-
-    def distribution(self, t: int) -> dict[str, float]:
-        return {label: float(p) for label, p in zip(self.label_set, self.probabilities[t])}
-
-
-def _padded(paths: Sequence[np.ndarray], T: int) -> np.ndarray:
-    """Label-id paths of several lengths as one `[B, T]` array (padding 0)."""
-    out = np.zeros((len(paths), T), dtype=np.int64)
-    for row, path in enumerate(paths):
-        out[row, :len(path)] = path
-    return out
-
-
 def _as_sentences(sentences: Iterable) -> list[Sentence]:
     out = []
     for sentence in sentences:
@@ -327,28 +276,9 @@ class Tagger:
         """P(span | X) of user-given spans: `spans[s]` = [(type, start, end exclusive)] of sentence s,
         each the probability that exactly this chunk (conlleval boundaries of the tag scheme) is in
         the label path, whatever the rest of the sentence."""
-        from gpseq.structured.spans import span_queries
-
         sentences = _as_sentences(sentences)
-        if len(spans) != len(sentences):
-            raise ConfigError(f"{len(spans)} span lists for {len(sentences)} sentences")
-        if self.span_scheme is None:
-            raise ConfigError("span probabilities need chunk labels; this model's labels are not "
-                              f"{self.config.tag_scheme} chunk labels")
-        for number, (sentence, found) in enumerate(zip(sentences, spans)):
-            for kind, start, end in found:
-                if not 0 <= start < end <= len(sentence.tokens):
-                    raise ConfigError(f"sentence {number}: span {(kind, start, end)} is empty or outside its "
-                                      f"{len(sentence.tokens)} tokens")
-        out: list[list[float]] = [[] for _ in sentences]
-        for ids, posterior in self.posteriors(sentences, samples=samples, mean=mean):
-            batch_spans = [list(spans[i]) for i in ids]
-            probs = posterior.span_probs(self.span_scheme, span_queries(self.span_scheme, batch_spans))
-            position = 0
-            for row, i in enumerate(ids):
-                out[i] = probs[position:position + len(batch_spans[row])].tolist()
-                position += len(batch_spans[row])
-        return out
+        return given_span_probabilities(self.span_scheme, self.config.tag_scheme, sentences, spans,
+                                        self.posteriors(sentences, samples=samples, mean=mean))
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
             decode: str | None = None, batch_size: int = 256, max_tokens: int | None = None,
@@ -387,102 +317,17 @@ class Tagger:
         − Σ_shared parts log p(path part), each computed on that stretch alone: the path's score is
         exact and log Z is approximated by the windows' (exact for the chain if the windows'
         distributions were the whole sentence's)."""
-        from gpseq.corpora.schemes import spans as chunks_of
-
         sentences = _as_sentences(sentences)
-        decode = decode or self.config.decode
-        if decode not in DECODERS:
-            raise ConfigError(f"decode must be one of {', '.join(DECODERS)}, got {decode!r}")
-        if spans not in ("exact", "product"):
-            raise ConfigError(f"spans must be exact or product, got {spans!r}")
-        if nbest < 0:
-            raise ConfigError(f"nbest must be >= 0, got {nbest}")
-        if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
-            raise ConfigError(f"abstain_below must be a probability in [0, 1], got {abstain_below}")
-        scheme = self.span_scheme
-        if decode == "span-f1" and scheme is None:
-            raise ConfigError("decode span-f1 needs chunk labels; this model's labels are not chunk labels")
-        chains = nbest > 0 or decode != "viterbi" or (scheme is not None and spans == "exact")
+        options = TagOptions.checked(decode or self.config.decode, spans, nbest, abstain_below, self.span_scheme)
         results: list[TaggedSentence | None] = [None] * len(sentences)
         for ids, marg, path, logp, *rest in self.predict_batches(sentences, samples=samples, mean=mean,
                                                                  batch_size=batch_size, max_tokens=max_tokens,
-                                                                 chains=chains):
-            posterior = rest[0] if rest else None
-            lengths = [len(sentences[index].tokens) for index in ids]
-            probs = [marg[row, :T].astype(np.float64) for row, T in enumerate(lengths)]
-            for p in probs:
-                p /= np.maximum(p.sum(-1, keepdims=True), 1e-300)
-            if decode == "span-f1":
-                found, best = self._span_f1_decode(posterior, lengths)
-            else:
-                best = [p.argmax(-1) if decode == "max-marginal" else path[row, :T]
-                        for row, (p, T) in enumerate(zip(probs, lengths))]
-                found = [chunks_of([self.labels[i] for i in b], scheme.scheme) if scheme is not None else []
-                         for b in best]
-            if decode != "viterbi":  # the returned labels' probability (Monte Carlo: Jensen bias corrected)
-                logp = posterior.path_log_probs(_padded(best, marg.shape[1]), bias_corrected=True)
-            if decode != "span-f1" and scheme is not None:
-                found = self._score_spans(posterior if spans == "exact" else None, found, probs, best)
-            paths = log_probs = None
-            if nbest:
-                paths, log_probs = posterior.nbest(nbest)
-            for row, index in enumerate(ids):
-                T = lengths[row]
-                results[index] = TaggedSentence(
-                    tokens=list(sentences[index].tokens),
-                    labels=[self.labels[i] for i in best[row]],
-                    probabilities=probs[row],
-                    label_set=self.labels,
-                    sequence_log_prob=float(logp[row]),
-                    spans=found[row],
-                    span_probability=spans if posterior is not None or scheme is None else "product",
-                    nbest=None if paths is None else [
-                        ([self.labels[i] for i in paths[row, n, :T]], float(np.exp(log_probs[row, n])))
-                        for n in range(nbest) if np.isfinite(log_probs[row, n])],
-                    abstain_below=abstain_below,
-                )
+                                                                 chains=options.needs_chains):
+            batch = [sentences[index] for index in ids]
+            tagged = tag_batch(batch, marg, path, logp, rest[0] if rest else None, self.labels, options)
+            for index, result in zip(ids, tagged):
+                results[index] = result
         return results  # type: ignore[return-value]
-
-    def _score_spans(self, posterior, found, probs, best) -> list[list[tuple[str, int, int, float]]]:
-        """(type, start, end, P) for the chunks `found[row]` of a batch: exact from `posterior`, else the
-        product of the tokens' marginals of their returned labels."""
-        from gpseq.structured.spans import span_queries
-
-        if posterior is None:
-            out = []
-            for p, b, chunks in zip(probs, best, found):
-                confidence = p[np.arange(len(b)), b]
-                out.append([(kind, start, end, float(np.prod(confidence[start:end]))) for kind, start, end in chunks])
-            return out
-        values = posterior.span_probs(self.span_scheme, span_queries(self.span_scheme, found))
-        out, position = [], 0
-        for chunks in found:
-            out.append([(*chunk, float(p)) for chunk, p in zip(chunks, values[position:position + len(chunks)])])
-            position += len(chunks)
-        return out
-
-    def _span_f1_decode(self, posterior, lengths):
-        """Chunks maximising the expected chunk F1 per sentence (`max_expected_f1_spans` over every
-        span of probability ≥ SPAN_F1_MIN_PROB) and the label ids that render them."""
-        from gpseq.corpora.schemes import spans_to_tags
-        from gpseq.structured.spans import max_expected_f1_spans
-
-        scheme = self.span_scheme
-        C = len(scheme.types)
-        starts = np.array([(b, c, i) for b, T in enumerate(lengths) for c in range(C) for i in range(T)],
-                          dtype=np.int64).reshape(-1, 3)
-        queries, probs = posterior.spans_from(scheme, starts, min_prob=SPAN_F1_MIN_PROB)
-        found, best = [], []
-        for b, T in enumerate(lengths):
-            mine = queries[:, 0] == b
-            candidates = [(int(c), int(i), int(j), float(p)) for (_, c, i, j), p in zip(queries[mine], probs[mine])]
-            chosen = max_expected_f1_spans(candidates, expected_gold=float(probs[mine].sum()))
-            lookup = {(c, i, j): p for c, i, j, p in candidates}
-            chunks = [(scheme.types[c], i, j, lookup[(c, i, j)]) for c, i, j in chosen]
-            labels = spans_to_tags(T, [chunk[:3] for chunk in chunks], scheme.scheme)
-            found.append(chunks)
-            best.append(np.array([self.label_index[label] for label in labels], dtype=np.int64))
-        return found, best
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                  n_bins: int = 15, decode: str | None = None, target_error: float | None = None):
