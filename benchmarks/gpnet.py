@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_diabetes  # noqa: E402
 
 from _common import machine  # noqa: E402
-from svgp import _repeat, _standardise  # noqa: E402  (the datasets of benchmarks/svgp.py)
+from svgp import _repeat, _standardise, gpflow_adam_step  # noqa: E402  (benchmarks/svgp.py's datasets)
 
 from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, GPNet, kmeans_inducing  # noqa: E402
 from gpseq.training.trainer import Trainer  # noqa: E402
@@ -112,17 +112,7 @@ def gpflow_svgp(kind, X, Z, lr):
     kernel = gpflow.kernels.SquaredExponential(lengthscales=np.full(X.shape[1], np.sqrt(X.shape[1])))
     model = gpflow.models.SVGP(kernel, lik, Z.copy(), num_data=len(X))
     gpflow.set_trainable(model.inducing_variable, False)
-    opt = tf.keras.optimizers.Adam(lr)
-    opt.build(model.trainable_variables)
-
-    @tf.function
-    def step(batch):
-        with tf.GradientTape() as tape:
-            loss = model.training_loss(batch)
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    return Runner("GPflow SVGP", step, lambda X, Y: model.predict_log_density((X, Y)),
+    return Runner("GPflow SVGP", gpflow_adam_step(model, lr), lambda X, Y: model.predict_log_density((X, Y)),
                   lambda X: model.predict_y(X)[0], kind)
 
 

@@ -65,6 +65,21 @@ def _time_steps(step, batches, repeats):
     return best
 
 
+def gpflow_adam_step(model, learning_rate):
+    """A compiled step `batch -> loss` of Adam on a GPflow model's training loss."""
+    opt = tf.keras.optimizers.Adam(learning_rate)
+    opt.build(model.trainable_variables)
+
+    @tf.function
+    def step(batch):
+        with tf.GradientTape() as tape:
+            loss = model.training_loss(batch)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    return step
+
+
 def time_pair(kind, X, Y, M, steps, repeats):
     """Seconds per step (gpseq, GPflow) with identical initial state."""
     import gpflow
@@ -76,15 +91,7 @@ def time_pair(kind, X, Y, M, steps, repeats):
     lik_theirs = gpflow.likelihoods.Gaussian(1.0) if kind == "regression" else gpflow.likelihoods.Bernoulli()
     theirs = gpflow.models.SVGP(gpflow.kernels.SquaredExponential(), lik_theirs, Z.copy(), num_data=len(X))
     gpflow.set_trainable(theirs.inducing_variable, False)
-    opt = tf.keras.optimizers.Adam(0.01)
-    opt.build(theirs.trainable_variables)
-
-    @tf.function
-    def gpflow_step(batch):
-        with tf.GradientTape() as tape:
-            loss = theirs.training_loss(batch)
-        opt.apply_gradients(zip(tape.gradient(loss, theirs.trainable_variables), theirs.trainable_variables))
-        return loss
+    gpflow_step = gpflow_adam_step(theirs, 0.01)
 
     batches = _minibatches(X, Y, steps, seed=M)
     t_ours, t_theirs = np.inf, np.inf
