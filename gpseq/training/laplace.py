@@ -290,72 +290,77 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                            pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
                            max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
 
-    if has_dev and tcfg.refit_with_dev or cross_fitting(tcfg, data, dev_data):
+    iterations: list[int] = []
+
+    def run_path(objective, priors, warm, share=1.0, each=None, evidence_rounds=0):
+        """Fit `priors` in order on `objective`, each warm-started from the previous fit (the first
+        from `warm`), with `share` of the iteration budgets; `each(prior, fit)` after every fit.
+        Returns the last fit."""
+        current = warm
+        for number, prior in enumerate(priors):
+            current = fit(objective, prior, max(1, int(share * (budget if number == 0 else refit))), current,
+                          evidence_rounds)
+            iterations.extend(current.report.iterations)
+            if each is not None:
+                each(prior, current)
+        return current
+
+    crossfit = cross_fitting(tcfg, data, dev_data)
+    if crossfit or has_dev and tcfg.refit_with_dev:
         # sentences of dev with a label train never saw cannot be trained on
         clean = np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0
         combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
-    iterations, candidates = [], {}
-    if cross_fitting(tcfg, data, dev_data):
+    scores: dict = {"method": "laplace"}
+    if crossfit:
+        # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
         folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
         total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit
         held_out = {prior: [] for prior in grid}
         for inside, held in folds:
-            current, part = None, combined.subset(held)
-            objective = NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
-            for number, prior in enumerate(grid):
-                current = fit(objective, prior, max(1, int(FOLD_BUDGET_SHARE * (budget if number == 0 else refit))),
-                              current)
-                iterations += current.report.iterations
-                mean, variance = current.unary_moments(part.rows)
-                held_out[prior].append((mean, variance, current.pairwise, current.pairwise_variance,
-                                        part.label_ids, part.offsets))
-        best = None
-        for prior in grid:
-            calibration = fit_calibration_parts(held_out[prior])
-            candidates[f"{prior[0]:g}/{prior[1]:g}"] = calibration["dev_token_nll"]
-            if best is None or calibration["dev_token_nll"] < best[0]:
-                best = (calibration["dev_token_nll"], prior, None, calibration)
-        dev_nll, prior, _, calibration = best
-        del held_out, objective
+            part = combined.subset(held)
+            run_path(NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype), grid, None,
+                     FOLD_BUDGET_SHARE, lambda prior, current: held_out[prior].append(
+                         (*current.unary_moments(part.rows), current.pairwise, current.pairwise_variance,
+                          part.label_ids, part.offsets)))
+        calibrations = {prior: fit_calibration_parts(parts) for prior, parts in held_out.items()}
+        del held_out
+        prior = min(grid, key=lambda candidate: calibrations[candidate]["dev_token_nll"])
+        calibration, dev_nll = calibrations[prior], calibrations[prior]["dev_token_nll"]
+        candidates = {candidate: c["dev_token_nll"] for candidate, c in calibrations.items()}
         # the final fit: the same warm-started path on all the sentences, up to the chosen pair
-        objective, chosen = NumpyChainObjective(combined, num_labels, dtype=config.dtype), init
-        for number, step in enumerate(grid[: grid.index(prior) + 1]):
-            chosen = fit(objective, step, budget if number == 0 else refit, chosen)
-            iterations += chosen.report.iterations
+        chosen = run_path(NumpyChainObjective(combined, num_labels, dtype=config.dtype),
+                          grid[: grid.index(prior) + 1], init)
         report = chosen.report
-        scores = {"method": "laplace", "prior_variance": prior[0], "l1": prior[1], "cross_fit_folds": len(folds),
-                  "prior_variances": report.prior_variances, "objective_per_token": report.objective_per_token,
-                  "dev_token_nll_by_prior": candidates, "calibration": calibration,
-                  "refit_sentences": len(combined)}
+        scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        best, current = None, init
-        calibration_start = (1e-5, 1.0)
-        for number, prior in enumerate(grid):
-            current = fit(objective, prior, budget if number == 0 else refit, current, tcfg.evidence_rounds)
-            iterations += current.report.iterations
-            calibration = calibrate(current, dev_data, calibration_start) if has_dev and tcfg.calibrate else None
-            dev_nll = calibration["dev_token_nll"] if calibration else None
-            if calibration:
-                calibration_start = (calibration["variance_scale"], calibration["temperature"])
-            candidates[f"{prior[0]:g}/{prior[1]:g}"] = dev_nll
-            if best is None or (dev_nll is not None and dev_nll < best[0]):
-                best = (dev_nll, prior, current, calibration)
-        dev_nll, prior, chosen, calibration = best
+        candidates, best, last = {}, {}, [(1e-5, 1.0)]
+
+        def judge(prior, current):  # calibrate on dev; keep the fit of least calibrated dev NLL
+            calibration = calibrate(current, dev_data, last[0]) if has_dev and tcfg.calibrate else None
+            if calibration:  # the next calibration starts from this one's (α, T)
+                last[0] = (calibration["variance_scale"], calibration["temperature"])
+            candidates[prior] = calibration["dev_token_nll"] if calibration else None
+            if not best or (calibration and calibration["dev_token_nll"] < best["calibration"]["dev_token_nll"]):
+                best.update(prior=prior, fit=current, calibration=calibration)
+
+        run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
+        prior, chosen, calibration = best["prior"], best["fit"], best["calibration"]
+        dev_nll = candidates[prior]
         report = chosen.report
-        scores = {"method": "laplace", "prior_variance": prior[0], "l1": prior[1],
-                  "prior_variances": report.prior_variances, "objective_per_token": report.objective_per_token}
-        if len(grid) > 1:
-            scores["dev_token_nll_by_prior"] = candidates
-        if calibration:
-            scores["calibration"] = calibration
         if has_dev and tcfg.refit_with_dev:
             # the held-out split has served (prior, calibration); the final weights see it too
             total += refit
             del objective
             chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior, refit, chosen)
-            iterations += chosen.report.iterations
+            iterations.extend(chosen.report.iterations)
             scores["refit_sentences"] = len(combined)
+    scores.update(prior_variance=prior[0], l1=prior[1], prior_variances=report.prior_variances,
+                  objective_per_token=report.objective_per_token)
+    if crossfit or len(grid) > 1:  # the held-out NLL of each candidate
+        scores["dev_token_nll_by_prior"] = {f"{v:g}/{l1:g}": nll for (v, l1), nll in candidates.items()}
+    if calibration:
+        scores["calibration"] = calibration
     scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
                   free_weights=chosen.report.free_weights)
     for callback in callbacks or []:
