@@ -61,11 +61,12 @@ def _direction(grad, pairs) -> np.ndarray:
 
 
 def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray) -> np.ndarray:
-    """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN): ∇f + l1·sign(x) off zero; at zero the
-    one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is > 0), else 0."""
+    """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN; `l1` shaped like `x`): ∇f + l1·sign(x) off
+    zero; at zero the one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is
+    > 0), else 0."""
     out = grad + l1 * np.sign(x)
     zero = x == 0.0
-    right, left = grad[zero] + (l1[zero] if l1.ndim else l1), grad[zero] - (l1[zero] if l1.ndim else l1)
+    right, left = grad[zero] + l1[zero], grad[zero] - l1[zero]
     out[zero] = np.where(right < 0.0, right, np.where(left > 0.0, left, 0.0))
     return out
 
@@ -77,7 +78,8 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     """Minimise `fun(x) -> (f, ∇f)` (+ Σ l1_i |x_i| when `l1` is given: OWL-QN) from `x0` by
     L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term."""
     x = np.array(x0, dtype=np.float64)
-    penalty = None if l1 is None or not np.any(np.asarray(l1)) else np.asarray(l1, dtype=np.float64)
+    penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
+        np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
 
     def total(point, smooth):  # the objective, L1 term included
         return smooth if penalty is None else smooth + float(np.add.reduce(penalty * np.abs(point)))
