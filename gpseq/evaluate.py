@@ -9,7 +9,9 @@ gold one. The argmax-based ECE is kept as `ece_argmax`. Brier is the multiclass 
 the full per-token distribution.
 
 Gold labels outside the model's label set (never seen in training) are errors with probability
-0: their NLL is clipped at -log(eps) and the number of clipped tokens is reported. Chunk scores
+0: their NLL is clipped at -log(eps) and the number of clipped tokens is reported. A sentence with
+a gold label `?` (a token left unlabelled, partial annotation) has no gold path and no gold chunks:
+it is left out of every metric and counted (`n_skipped_sentences`, `n_skipped_tokens`). Chunk scores
 are computed only when every gold and predicted label is a chunk label of the scheme (B-/I-/O
 …); for other labellings (POS tags) they are None and `chunk_note` says why.
 """
@@ -26,6 +28,7 @@ import numpy as np
 
 from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme
+from gpseq.corpora.types import UNLABELLED
 from gpseq.errors import ConfigError, GpseqError, NumericalError
 from gpseq.metrics import (ChunkScore, ChunkScores, aurc, brier_score, calibration_bins, check_lengths, chunk_scores,
                            expected_calibration_error, risk_coverage, selective_error)
@@ -120,6 +123,8 @@ class EvaluationReport:
     n_unseen_gold_tokens: int | None = None  # gold labels outside the model's label set
     n_clipped_tokens: int | None = None  # tokens whose p(gold) < eps (NLL clipped at −log eps)
     n_clipped_sequences: int | None = None  # sentences whose log p(gold path) < log eps
+    n_skipped_sentences: int = 0  # sentences left out: a gold label `?` (partial annotation)
+    n_skipped_tokens: int = 0  # … and their tokens
     calibration: dict = field(default_factory=dict, repr=False)  # counts / confidence / accuracy per bin
     # entity-level calibration and selective prediction, calibration by frequency band, the abstention
     # threshold for a target error (`gpseq.trust`; flat keys, merged into `to_dict`)
@@ -235,6 +240,14 @@ def evaluate(
     check_lengths(gold, predicted)
     if not 0 < eps < 1:
         raise ConfigError(f"eps must be in (0, 1), got {eps}")
+    partial = [number for number, sentence in enumerate(gold) if UNLABELLED in sentence]
+    skipped_tokens = sum(len(gold[number]) for number in partial)
+    if partial:
+        gold, predicted, probabilities, sequence_log_probs, spans = _without(
+            partial, gold, predicted, probabilities, sequence_log_probs, spans)
+        if not gold:
+            raise GpseqError(f"no sentence to evaluate on: all {len(partial)} have tokens labelled "
+                             f"{UNLABELLED!r} (unlabelled; evaluation needs every gold label of a sentence)")
     gold_flat = [label for sentence in gold for label in sentence]
     predicted_flat = [label for sentence in predicted for label in sentence]
     n_tokens = len(gold_flat)
@@ -242,6 +255,8 @@ def evaluate(
         float(np.mean([g == p for g, p in zip(gold_flat, predicted_flat)])) if n_tokens else float("nan")
     )
     report = EvaluationReport(len(gold), n_tokens, accuracy, 1.0 - accuracy, n_bins=n_bins, eps=eps)
+    report.n_skipped_sentences = len(partial)
+    report.n_skipped_tokens = skipped_tokens
 
     if scheme is not None and str(scheme).lower() == "auto":
         scheme = detect_scheme([list(s) for s in gold])
@@ -336,6 +351,18 @@ def evaluate(
         report.seq_nll = float(np.mean(nll)) if len(gold) else float("nan")
         report.seq_nll_per_token = float(np.sum(nll) / n_tokens) if n_tokens else float("nan")
     return report
+
+
+def _without(left_out: list[int], gold, *per_sentence):
+    """`gold` and each of the optional `per_sentence` sequences (None stays None) without the
+    sentences `left_out`; ConfigError if one does not have a value per sentence."""
+    keep = np.setdiff1d(np.arange(len(gold)), left_out)
+    out = [[gold[i] for i in keep]]
+    for values in per_sentence:
+        if values is not None and len(values) != len(gold):
+            raise ConfigError(f"{len(values)} per-sentence values for {len(gold)} sentences")
+        out.append(None if values is None else [values[i] for i in keep])
+    return out
 
 
 def _trust_metrics(report: EvaluationReport, gold, predicted, confidence, correct, spans, target_error, n_bins):

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 from gpseq import __version__
 from gpseq.config import TaggerConfig, check_window
-from gpseq.corpora.types import Sentence
+from gpseq.corpora.types import UNLABELLED, Sentence
 from gpseq.errors import ConfigError, GpseqError, ModelFormatError
 from gpseq.features import Featurizer
 from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing_model_dir
@@ -34,7 +34,7 @@ from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_arrays, c
                               read_model_meta)
 from gpseq.prediction import Predictor
 from gpseq.tagging import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
-from gpseq.training.batching import SequenceData
+from gpseq.training.batching import UNKNOWN_LABEL_ID, UNLABELLED_ID, SequenceData
 from gpseq.training.config import Progress
 
 __all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives in gpseq.tagging
@@ -98,6 +98,11 @@ class Tagger:
         """Fit features and the posterior on `train`: MAP + Laplace with evidence-fitted priors and
         a dev-fitted calibration for the weight-space model (the default), SVI otherwise.
 
+        Tokens labelled `?` (`gpseq.corpora.UNLABELLED`) are marginalised: the default training
+        maximises the partial-annotation likelihood p(observed labels | x) (constrained
+        forward–backward, `gpseq.training.chain_objective`); calibration scores the labelled dev
+        tokens only. SVI refuses them.
+
         `init`: a previous tagger to warm-start from (a round of active learning): one MAP fit on all
         of `train`, starting from its weights (mapped by feature name and label), with its prior
         (σ², l1) and its calibration, for a third of the iterations (`gpseq.warm_start`); default
@@ -118,6 +123,10 @@ class Tagger:
             )
         tcfg = config.training
         method = config.resolved_method()
+        partial = next((s for s in train if not s.fully_labelled), None)
+        if partial is not None and method != "laplace":
+            raise ConfigError(f"{partial.source}:{partial.line}: tokens labelled {UNLABELLED!r} (partial annotation) "
+                              f"need the default training (method laplace); this configuration trains by {method}")
         wants_dev = tcfg.calibrate if method == "laplace" else tcfg.early_stopping != "none"
         if dev is None and tcfg.dev_fraction > 0 and wants_dev and len(train) >= 10:
             from gpseq.corpora.splits import train_dev_split
@@ -125,7 +134,10 @@ class Tagger:
             train_ids, dev_ids = train_dev_split(len(train), tcfg.dev_fraction, seed=tcfg.seed)
             dev = [train[i] for i in dev_ids]
             train = [train[i] for i in train_ids]
-        labels = sorted({label for s in train for label in s.labels})
+        labels = sorted({label for s in train for label in s.labels} - {UNLABELLED})
+        if not labels:
+            raise GpseqError(f"{train[0].source}: no labelled token in the training corpus (every label is "
+                             f"{UNLABELLED!r})")
         featurizer = Featurizer(config.features).fit(train)
         label_index = {l: i for i, l in enumerate(labels)}
         data = cls._sequence_data(featurizer, train, label_index)
@@ -206,8 +218,9 @@ class Tagger:
         matrix = featurizer.transform(sentences)
         label_ids = None
         if label_index is not None:
+            index = {**label_index, UNLABELLED: UNLABELLED_ID}
             flat = [label for s in sentences for label in (s.labels or [])]
-            label_ids = np.fromiter((label_index.get(l, -1) for l in flat), dtype=np.int32, count=len(flat))
+            label_ids = np.fromiter((index.get(l, UNKNOWN_LABEL_ID) for l in flat), dtype=np.int32, count=len(flat))
         return SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), label_ids)
 
     # ---- prediction ---------------------------------------------------------------------------
@@ -331,7 +344,8 @@ class Tagger:
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                  n_bins: int = 15, decode: str | None = None, target_error: float | None = None):
-        """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors),
+        """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors;
+        sentences with tokens labelled `?` are left out and counted, `n_skipped_sentences`),
         with entity-level calibration of the exact span probabilities for chunk labels and, with
         `target_error`, the abstention threshold reaching it (`gpseq.trust`)."""
         from gpseq.evaluate import evaluate
@@ -354,7 +368,8 @@ class Tagger:
     def gold_log_probs(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                        batch_size: int = 256, seed: int = 1, max_tokens: int | None = None) -> np.ndarray:
         """log p(gold path | X) per sentence: log E_q[p(y | f)] by Monte Carlo (log-mean-exp over
-        `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training.
+        `samples` draws), or p(y | E f) with `mean`; −inf when a gold label was never seen in training
+        or is `?` (no gold path).
         A sentence longer than `max_tokens` (default `predict_max_tokens`) is scored in windows (`tag`)."""
         corpus = list(corpus)
         mean = self._deterministic(mean, samples)

@@ -437,7 +437,7 @@ def test_read_corpus_formats_agree_with_their_readers(tmp_path):
     assert sentences[0].spaces == [True, True, False, False]
     with pytest.raises(InputFormatError, match="raw text has no labels"):
         read_corpus(text, "text")
-    with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, text"):
+    with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, jsonl, text"):
         read_corpus(columns, "xml")
     with pytest.raises(InputFormatError, match="no sentences"):
         read_corpus(_write(tmp_path, "\n\n", "empty.conll"))

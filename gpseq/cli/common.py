@@ -52,7 +52,8 @@ app.add_typer(corpus_app, name="corpus")
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and info logging.")]
 CorpusFormat = Annotated[str, typer.Option(
     "--format", help="Corpus format: conll (columns, -DOCSTART- separators), crfpp (columns), conllu "
-                     "(UPOS labels) or auto (conllu for .conllu, conll otherwise).")]
+                     "(UPOS labels), jsonl (tokens, labels) or auto (by suffix: .conllu, .jsonl; conll "
+                     "otherwise).")]
 ModelDir = Annotated[Path, typer.Argument(help="Model directory written by gpseq train.", show_default=False)]
 state = {"verbose": False}
 

@@ -83,14 +83,18 @@ def evaluate(
     verbose: Verbose = False,
 ) -> None:
     """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier, entity-level
-    calibration, risk-coverage; reliability diagrams."""
-    from gpseq.errors import ConfigError
+    calibration, risk-coverage; reliability diagrams. Sentences with tokens labelled ? (unlabelled)
+    are left out and counted."""
+    from gpseq.errors import ConfigError, InputFormatError
 
     if target_error is not None and not 0.0 <= target_error < 1.0:
         raise ConfigError(f"--target-error must be in [0, 1); got {target_error}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
         raise ConfigError(f"--decode must be viterbi, max-marginal or span-f1; got {decode!r}")
     sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
+    if not any(sentence.fully_labelled for sentence in sentences):
+        raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
+                                             "evaluate against")
     tagger = load_tagger(model_dir)
     report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,
                              target_error=target_error)
@@ -104,6 +108,9 @@ def evaluate(
             curves = plot.with_name(f"{plot.stem}-risk-coverage{plot.suffix or '.png'}")
             plots.append(("risk-coverage plot", report.risk_coverage_plot(curves)))
     metrics = report.to_dict()
+    if report.n_skipped_sentences:
+        typer.echo(f"note: {corpus}: {report.n_skipped_sentences} sentence(s) ({report.n_skipped_tokens} tokens) "
+                   "with tokens labelled ? (unlabelled) left out of the evaluation", err=True)
     if json_:
         typer.echo(json.dumps(metrics, indent=2, default=json_default))
         return

@@ -13,6 +13,7 @@ import typer
 from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, command, read_labelled,
                               require_file, stderr, stdout, tagger_module)
 from gpseq.cli.config import ConfigOptions, build_config
+from gpseq.corpora.types import UNLABELLED
 from gpseq.cli.outputs import check_train_outputs, train_lock
 
 
@@ -25,6 +26,7 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
       --likelihood pseudo --set training.batch_size=16
   gpseq train train.txt -o runs/chunk --resume   # continues from runs/chunk.ckpt
   gpseq train train1.conll -o runs/r1 --init runs/r0   # warm start (active learning)
+  gpseq train partial.conll -o runs/p   # tokens labelled ? are marginalised
 
 """ + EXIT_CODES
 
@@ -69,7 +71,7 @@ class TrainProgress:
 @app.command(epilog=TRAIN_EXAMPLES)
 @command
 def train(
-    train_corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style column file (token first, label last by default).", show_default=False)],
+    train_corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style column file (token first, label last by default); a token labelled ? is unlabelled (partial annotation, marginalised).", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.", show_default=False)],
     dev: Annotated[Optional[Path], typer.Option(help="Labelled dev corpus for early stopping (default: a held-out slice of train, training.dev_fraction).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TaggerConfig JSON (keys features, model, training, tag_scheme, …), e.g. a model's tagger.json 'config'.")] = None,
@@ -174,7 +176,7 @@ def train(
 def warn_dev_only_labels(sentences, dev_sentences, dev: Path) -> None:
     """One stderr line naming the labels of --dev that the training corpus never has."""
     seen = {label for sentence in sentences for label in (sentence.labels or ())}
-    unseen = sorted({label for sentence in dev_sentences for label in (sentence.labels or ())} - seen)
+    unseen = sorted({label for sentence in dev_sentences for label in (sentence.labels or ())} - seen - {UNLABELLED})
     if unseen:
         shown = " ".join(unseen[:20]) + (f" … ({len(unseen)} in all)" if len(unseen) > 20 else "")
         typer.echo(f"warning: {dev}: label(s) not in the training corpus, which the model cannot predict "

@@ -1,4 +1,4 @@
-"""Corpora: CoNLL column files, CRF++, CoNLL-U and raw text behind `read_corpus`, tag schemes and spans, splits, the public-corpus catalogue."""
+"""Corpora: CoNLL column files, CRF++, CoNLL-U, JSON Lines and raw text behind `read_corpus`, tag schemes and spans, splits, the public-corpus catalogue."""
 
 from gpseq.corpora.catalogue import (
     corpora_root,
@@ -12,6 +12,7 @@ from gpseq.corpora.catalogue import (
 from gpseq.corpora.conll import iter_conll, read_conll, split_columns, write_conll
 from gpseq.corpora.conllu import iter_conllu, read_conllu
 from gpseq.corpora.formats import FORMATS, ReadOptions, detect_format, iter_corpus, read_corpus, register_format
+from gpseq.corpora.jsonl import iter_jsonl, read_jsonl
 from gpseq.corpora.schemes import (
     SCHEMES,
     convert_tags,
@@ -24,13 +25,14 @@ from gpseq.corpora.schemes import (
     split_label,
 )
 from gpseq.corpora.splits import kfold_indices, train_dev_split
-from gpseq.corpora.types import Sentence
+from gpseq.corpora.types import UNLABELLED, Sentence
 
 __all__ = [
     "FORMATS",
     "ReadOptions",
     "SCHEMES",
     "Sentence",
+    "UNLABELLED",
     "convert_tags",
     "corpora_root",
     "corpus_path",
@@ -43,6 +45,7 @@ __all__ = [
     "iter_conll",
     "iter_conllu",
     "iter_corpus",
+    "iter_jsonl",
     "kfold_indices",
     "list_corpora",
     "load_corpus",
@@ -50,6 +53,7 @@ __all__ = [
     "read_conll",
     "read_conllu",
     "read_corpus",
+    "read_jsonl",
     "register_format",
     "sha256_file",
     "spans",

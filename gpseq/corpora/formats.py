@@ -2,6 +2,7 @@
 
     sentences = read_corpus("train.conll")                          # CoNLL columns
     sentences = read_corpus("en_ewt-ud-train.conllu")               # CoNLL-U, UPOS labels
+    sentences = read_corpus("corrected.jsonl")                      # JSON Lines: tokens, labels
     sentences = read_corpus("notes.txt", "text", labelled=False)    # raw text, spaCy-tokenised
 
 A format is a reader `(source, options) -> Iterator[Sentence]` registered under a name with the
@@ -19,6 +20,7 @@ from typing import Callable, Iterator
 
 from gpseq.corpora.conll import Source, iter_conll
 from gpseq.corpora.conllu import iter_conllu
+from gpseq.corpora.jsonl import iter_jsonl
 from gpseq.corpora.text import TEXT_MAX_TOKENS, blank_nlp, iter_text
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, InputFormatError
@@ -74,6 +76,12 @@ def _read_crfpp(source: Source, name: str, options: ReadOptions) -> Iterator[Sen
 def _read_conllu(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
     """CoNLL-U (Universal Dependencies): FORM tokens, UPOS labels."""
     return iter_conllu(source, label="upos" if options.labelled else None, encoding=options.encoding, name=name)
+
+
+@register_format("jsonl", (".jsonl",))
+def _read_jsonl(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """JSON Lines: {"tokens": [...], "labels": [...]} per line (null, "" or "?": unlabelled)."""
+    return iter_jsonl(source, labelled=options.labelled, encoding=options.encoding, name=name)
 
 
 @register_format("text")

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+UNLABELLED = "?"  # the label of a token whose gold label is not given (partial annotation); never a label of a model
+
 
 @dataclass
 class Sentence:
     """One sentence: its tokens, its labels (None when unlabelled) and every column as read.
+
+    A label `UNLABELLED` ("?") marks a token whose gold label is not given: training marginalises
+    it (partial annotation), evaluation leaves its sentence out.
 
     `columns[t]` holds all fields of token t in file order (token and label columns included),
     so feature extractors can use extra columns (e.g. the POS column of CoNLL-2000).
@@ -29,3 +34,8 @@ class Sentence:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def fully_labelled(self) -> bool:
+        """Whether every token has a gold label (labels given, none `UNLABELLED`)."""
+        return self.labels is not None and UNLABELLED not in self.labels

@@ -14,6 +14,10 @@ cannot underflow while the pairwise potentials span less than ≈ 80 nats (float
 
 Shapes: unary `[N, V]` in time-major token order (`layout.order` maps it from corpus order),
 pairwise `[V, V]`, log Z `[B]` in the layout's sentence order.
+
+`constrained_forward_backward` is the same chain restricted to the label paths an allowed-label
+mask `[N, V]` admits (one label at an annotated token, all of them at an unannotated one): the
+partial-annotation likelihood log p(observed labels | x) = log Z_constrained − log Z.
 """
 
 from __future__ import annotations
@@ -85,7 +89,23 @@ class TimeMajor:
             pair_sum = trans * (alpha[self.left].T @ scaled[self.right]) if len(self.left) else np.zeros_like(trans)
         return marg, pair_sum, log_z
 
-    def transition_counts(self, labels: np.ndarray, num_labels: int) -> np.ndarray:
-        """Σ over adjacent gold pairs of 1[y_t = i, y_{t+1} = j] `[V, V]` (labels time-major)."""
-        flat = labels[self.left] * num_labels + labels[self.right]
+    def constrained_forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, allowed: np.ndarray, *,
+                                     pairs: bool = True):
+        """`forward_backward` of the chain restricted to the label paths with `allowed [N, V]`
+        (bool, time-major) true at every token: marginals `[N, V]` (0 off the mask), pair sums
+        `[V, V]` and log Z_constrained per sentence `[B]`. Every token needs an allowed label.
+        A disallowed label's potential is −inf: its weight exp(−inf) = 0 drops out of every
+        message, and the messages stay scaled by the best allowed label of each token."""
+        if allowed.shape != unary.shape:
+            raise ValueError(f"allowed-label mask of shape {allowed.shape} for unaries of shape {unary.shape}")
+        if len(allowed) and not allowed.any(1).all():
+            raise ValueError("every token needs at least one allowed label")
+        return self.forward_backward(np.where(allowed, unary, -np.inf), pairwise, pairs=pairs)
+
+    def transition_counts(self, labels: np.ndarray, num_labels: int, where: np.ndarray | None = None) -> np.ndarray:
+        """Σ over adjacent gold pairs of 1[y_t = i, y_{t+1} = j] `[V, V]` (labels time-major); only
+        the pairs whose left token has `where [N]` true, given it."""
+        left, right = (self.left, self.right) if where is None else \
+            (self.left[where[self.left]], self.right[where[self.left]])
+        flat = labels[left] * num_labels + labels[right]
         return np.bincount(flat, minlength=num_labels * num_labels).reshape(num_labels, num_labels).astype(float)

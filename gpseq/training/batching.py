@@ -24,9 +24,15 @@ def _round_up(value: int, multiple: int) -> int:
     return max(multiple, -(-value // multiple) * multiple)
 
 
+# label ids below 0: tokens that no likelihood term scores as gold
+UNKNOWN_LABEL_ID = -1  # a gold label the model does not know (dev and test data only)
+UNLABELLED_ID = -2  # a token without a gold label (`?`, partial annotation): marginalised by the default training
+
+
 @dataclass
 class SequenceData:
-    """A featurised corpus: CSR rows `[N_tokens, D]`, sentence offsets `[B+1]`, flat label ids `[N]`."""
+    """A featurised corpus: CSR rows `[N_tokens, D]`, sentence offsets `[B+1]`, flat label ids `[N]`
+    (`UNKNOWN_LABEL_ID`, `UNLABELLED_ID` below 0)."""
 
     rows: sp.csr_matrix
     offsets: np.ndarray
