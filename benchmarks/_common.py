@@ -121,3 +121,49 @@ def crfsuite_gold_log_probs(crf, X, sentences):
         tagger.set(x)
         out.append(float(np.log(max(tagger.probability(s.labels), 1e-300))))
     return out
+
+
+def temper(probabilities, temperature: float):
+    """p^(1/T) renormalised per row. probabilities: [N, V]."""
+    import numpy as np
+
+    logits = np.log(np.maximum(probabilities, 1e-300)) / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    out = np.exp(logits)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def fit_temperature(probabilities, gold_index) -> float:
+    """T minimising the mean token NLL −log max(p^(1/T)[gold] / Σ, eps) (gpseq.evaluate's token NLL).
+
+    probabilities: [N, V]; gold_index: [N], −1 for labels outside the model's set (left out:
+    tempering cannot change their NLL). Grid over log T in [log 0.05, log 20], then a bounded
+    scalar search around the best grid point.
+    """
+    import math
+
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    from gpseq.evaluate import DEFAULT_EPS
+
+    seen = gold_index >= 0
+    if not seen.any():
+        return 1.0
+    log_p = np.log(np.maximum(probabilities[seen], 1e-300))
+    gold = gold_index[seen]
+    rows = np.arange(len(gold))
+
+    def nll(log_t: float) -> float:
+        z = log_p / math.exp(log_t)
+        z_max = z.max(axis=1, keepdims=True)
+        log_norm = z_max[:, 0] + np.log(np.exp(z - z_max).sum(axis=1))
+        return float(np.mean(-np.maximum(z[rows, gold] - log_norm, math.log(DEFAULT_EPS))))
+
+    grid = np.linspace(math.log(0.05), math.log(20.0), 41)
+    values = [nll(g) for g in grid]
+    best = int(np.argmin(values))
+    lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    result = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
+    log_t = float(result.x) if result.fun <= values[best] else float(grid[best])
+    return math.exp(log_t)

@@ -15,16 +15,22 @@ Systems, trained and tested in the same run:
 - `crfsuite`: sklearn-crfsuite, L-BFGS, c1 = c2 = 0.1, 100 iterations,
   all_possible_transitions=True, trained on the full training file, given exactly gpseq's
   feature strings (a `Featurizer` with the gpseq model's feature configuration, fitted on the
-  CRF's own training sentences). Trained in a fresh worker process (so its peak RSS is its
-  own); train_s includes fitting the featuriser and building the feature dicts. Tagging:
-  feature dicts, Viterbi labels and marginals, timed together.
+  CRF's own training sentences). Trained as a user would run it, by its own process
+  (`_crf_train.py`: read the training file, featurise, train with python-crfsuite's Trainer —
+  the library sklearn-crfsuite wraps, the same training without sklearn's 1 s import — and
+  write the model), timed from its
+  start to its exit exactly like `gpseq train` (interpreter start, imports, reading and
+  writing included for both; until 2026-11-23 the CRF was timed inside a worker after its
+  imports and with the corpus already read, which left out about 0.3–0.5 s that gpseq's time
+  included); peak RSS is that process's own. Tagging: feature dicts, Viterbi labels and
+  marginals, timed together.
   (Both training processes are forked from a light fork server started first: a child of this
   process would inherit this process's RSS as the floor of its ru_maxrss.)
 - `crfsuite_t`: CRFsuite as above trained on train minus the dev split
   `gpseq.corpora.splits.train_dev_split(len(train), 0.1, seed=0)`; its token marginals tempered
   p^(1/T), renormalised per token, with T fitted by minimising the token NLL on that dev split
-  (grid over log T, then a bounded scalar search); labels = its Viterbi labels. train_s
-  includes fitting T.
+  (grid over log T, then a bounded scalar search; `_common.fit_temperature`); labels = its
+  Viterbi labels. train_s includes fitting T.
 
 Metrics (gpseq.evaluate, each system with its own label set; gold labels it never saw are
 errors with clipped NLL): score = chunk F1 when the labels are chunk labels, else token
@@ -90,15 +96,18 @@ from _common import (  # noqa: E402
     crfsuite_gold_log_probs,
     crfsuite_marginals,
     machine,
+    temper,
     paper_folds,
     paper_pool,
     peak_rss_mb,
 )
-from gpseq.corpora import read_conll, train_dev_split, write_conll  # noqa: E402
-from gpseq.evaluate import DEFAULT_EPS, evaluate  # noqa: E402
+from gpseq.corpora import read_conll, write_conll  # noqa: E402
+from gpseq.evaluate import evaluate  # noqa: E402
 
 SYSTEMS = ("gpseq", "crfsuite", "crfsuite_t")
 CRF_PARAMS = dict(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100, all_possible_transitions=True)
+TRAINER_PARAMS = {"c1": 0.1, "c2": 0.1, "max_iterations": 100, "feature.possible_transitions": True}  # the same, as
+# python-crfsuite's Trainer takes them (L-BFGS is its default algorithm)
 DEV_FRACTION, DEV_SEED = 0.1, 0
 REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
             "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "tag_tokens_per_s",
@@ -231,84 +240,28 @@ def test_gpseq(model_dir: Path, test) -> dict:
 
 
 # ---- CRFsuite and CRFsuite + T ----------------------------------------------------------------
-def temper(probabilities: np.ndarray, temperature: float) -> np.ndarray:
-    """p^(1/T) renormalised per row. probabilities: [N, V]."""
-    logits = np.log(np.maximum(probabilities, 1e-300)) / temperature
-    logits -= logits.max(axis=1, keepdims=True)
-    out = np.exp(logits)
-    return out / out.sum(axis=1, keepdims=True)
-
-
-def fit_temperature(probabilities: np.ndarray, gold_index: np.ndarray) -> float:
-    """T minimising the mean token NLL −log max(p^(1/T)[gold] / Σ, eps) (gpseq.evaluate's token NLL).
-
-    probabilities: [N, V]; gold_index: [N], −1 for labels outside the model's set (left out:
-    tempering cannot change their NLL). Grid over log T in [log 0.05, log 20], then a bounded
-    scalar search around the best grid point.
-    """
-    from scipy.optimize import minimize_scalar
-
-    seen = gold_index >= 0
-    if not seen.any():
-        return 1.0
-    log_p = np.log(np.maximum(probabilities[seen], 1e-300))
-    gold = gold_index[seen]
-    rows = np.arange(len(gold))
-
-    def nll(log_t: float) -> float:
-        z = log_p / math.exp(log_t)
-        z_max = z.max(axis=1, keepdims=True)
-        log_norm = z_max[:, 0] + np.log(np.exp(z - z_max).sum(axis=1))
-        return float(np.mean(-np.maximum(z[rows, gold] - log_norm, math.log(DEFAULT_EPS))))
-
-    grid = np.linspace(math.log(0.05), math.log(20.0), 41)
-    values = [nll(g) for g in grid]
-    best = int(np.argmin(values))
-    lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
-    result = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
-    log_t = float(result.x) if result.fun <= values[best] else float(grid[best])
-    return math.exp(log_t)
-
-
-def _crf_worker(train, feature_config: dict, model_path: str, featurizer_dir: str, dev) -> dict:
-    """Runs in a fresh process: featurise, train CRFsuite, (with dev) fit T. Returns timings and its peak RSS."""
-    import resource
-
-    import sklearn_crfsuite
-
-    from gpseq.features import FeatureConfig, Featurizer
-
-    start = time.perf_counter()
-    featurizer = Featurizer(FeatureConfig.from_dict(feature_config)).fit(train)
-    X = crfsuite_features(featurizer, train)
-    crf = sklearn_crfsuite.CRF(model_filename=model_path, **CRF_PARAMS)
-    crf.fit(X, [list(s.labels) for s in train])
-    temperature = None
-    if dev is not None:
-        labels = list(crf.classes_)
-        index = {label: i for i, label in enumerate(labels)}
-        X_dev = crfsuite_features(featurizer, dev)
-        probs = np.concatenate(crfsuite_marginals(crf, X_dev, labels), axis=0)
-        gold = np.array([index.get(label, -1) for s in dev for label in s.labels], dtype=np.int64)
-        temperature = fit_temperature(probs, gold)
-    train_s = time.perf_counter() - start
-    featurizer.save(featurizer_dir)
-    return {"train_s": train_s, "temperature": temperature,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
-
-
-def train_crf(train, feature_config: dict, workdir: Path, name: str, tempered: bool) -> dict:
-    """CRFsuite (tempered: on the train part of train_dev_split, T fitted on its dev part) in a worker process."""
-    dev = None
-    if tempered:
-        train_idx, dev_idx = train_dev_split(len(train), DEV_FRACTION, seed=DEV_SEED)
-        dev = [train[i] for i in dev_idx]
-        train = [train[i] for i in train_idx]
+def train_crf(train_file: Path, read_options: dict, feature_config: dict, workdir: Path, name: str,
+              tempered: bool) -> dict:
+    """CRFsuite (tempered: on the train part of train_dev_split, T fitted on its dev part) as its own
+    process (`_crf_train.py`), timed from start to exit like `gpseq train`."""
     model_path = workdir / f"{name}.crfsuite"
     featurizer_dir = workdir / f"{name}.features"
-    out = in_fresh_process(_crf_worker, train, feature_config, str(model_path), str(featurizer_dir), dev)
-    out.update(model_path=model_path, featurizer_dir=featurizer_dir, model_mb=model_path.stat().st_size / 2**20,
-               train_sentences=len(train), dev_sentences=len(dev or []))
+    spec = {"train_file": str(train_file), **read_options, "feature_config": feature_config, "params": TRAINER_PARAMS,
+            "model_path": str(model_path), "featurizer_dir": str(featurizer_dir),
+            "result": str(workdir / f"{name}.result.json")}
+    if tempered:
+        spec.update(dev_fraction=DEV_FRACTION, dev_seed=DEV_SEED)
+    spec_path = workdir / f"{name}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    log_path = workdir / f"{name}.log"
+    command = [sys.executable, str(Path(__file__).with_name("_crf_train.py")), str(spec_path)]
+    code, train_s, rss = in_fresh_process(_run_timed, command, str(log_path))
+    if code != 0:
+        raise RuntimeError(f"CRFsuite training exited with {code}; log {log_path}:\n"
+                           f"{log_path.read_text(errors='replace')[-3000:]}")
+    out = json.loads(Path(spec["result"]).read_text())
+    out.update(train_s=train_s, peak_rss_mb=rss, model_path=model_path, featurizer_dir=featurizer_dir,
+               model_mb=model_path.stat().st_size / 2**20)
     return out
 
 
@@ -344,16 +297,17 @@ def score_of(metrics: dict) -> float | None:
     return metrics.get("chunk_f1") if metrics.get("chunk_f1") is not None else metrics.get("token_accuracy")
 
 
-def run_systems(train_file: Path, train, test, features: str, extras: list[str], workdir: Path, tag: str):
+def run_systems(train_file: Path, read_options: dict, train, test, features: str, extras: list[str], workdir: Path,
+                tag: str):
     """Train the three systems, test them on `test`. Returns (metrics per system, trained state per system)."""
     model_dir = workdir / f"{tag}.gpseq"
     print(f"  gpseq train ({len(train)} sentences) …", flush=True)
     state = {"gpseq": {**train_gpseq(train_file, features, extras, model_dir), "model_dir": model_dir}}
     feature_config = load_tagger(model_dir).config.features.to_dict()
     print(f"    {state['gpseq']['train_s']:.1f} s; CRFsuite …", flush=True)
-    state["crfsuite"] = train_crf(train, feature_config, workdir, f"{tag}.crf", tempered=False)
+    state["crfsuite"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf", tempered=False)
     print(f"    {state['crfsuite']['train_s']:.1f} s; CRFsuite + T …", flush=True)
-    state["crfsuite_t"] = train_crf(train, feature_config, workdir, f"{tag}.crf_t", tempered=True)
+    state["crfsuite_t"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf_t", tempered=True)
     print(f"    {state['crfsuite_t']['train_s']:.1f} s (T = {state['crfsuite_t']['temperature']:.3f}); testing …",
           flush=True)
     return test_all(state, test), state
@@ -416,7 +370,8 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
             train = train[: spec.quick_train]
             train_file = workdir / f"{spec.name}.train{spec.train.suffix}"
             write_conll(train_file, train, encoding=spec.encoding)
-        metrics, state = run_systems(train_file, train, test, spec.features, spec.cli_extras(), workdir, spec.name)
+        metrics, state = run_systems(train_file, {"label_column": spec.label_column, "encoding": spec.encoding},
+                                     train, test, spec.features, spec.cli_extras(), workdir, spec.name)
         command = state["gpseq"]["command"]
         states[spec.name] = {"state": state, "train_sentences": len(train), "command": command}
         data = {"train_sentences": len(train), "train_tokens": sum(len(s) for s in train),
@@ -440,7 +395,8 @@ def run_small(name: str, args, workdir: Path) -> dict:
         tag = f"small-{name}-fold{fold}"
         train_file = workdir / f"{tag}.train.data"
         write_conll(train_file, train, encoding=encoding)
-        metrics, state = run_systems(train_file, train, test, features, extras, workdir, tag)
+        metrics, state = run_systems(train_file, {"label_column": -1, "encoding": encoding}, train, test, features,
+                                     extras, workdir, tag)
         command = state["gpseq"]["command"]
         per_fold.append(metrics)
         print("    " + ", ".join(f"{s} err={m['token_error']:.4f} nll={m['token_nll']:.4f}"

@@ -36,3 +36,41 @@ def test_numpy_and_tensorflow_predictive_potentials_agree(alpha, temperature):
                                rtol=1e-12)
     np.testing.assert_allclose(probit_scaled(as_tf(pair_mean), as_tf(pair_variance), alpha, temperature).numpy(),
                                pairwise, rtol=1e-12)
+
+
+def test_calibration_recovers_a_variance_scale_that_generated_the_labels():
+    """Labels drawn from the probit-scaled predictive at α = 0.5, T = 1.2 (one-token sentences: the
+    chain is a softmax; variances spread over two decades so α and T are separable): the fit
+    finds both (the staged search leaves the low end of the α grid only when it pays), and with
+    variance_scale=False T alone absorbs what it can, at a worse NLL."""
+    from gpseq.training.calibration import calibrated_potentials, fit_calibration
+
+    rng = np.random.default_rng(3)
+    N, V = 20000, 3
+    mean = rng.normal(size=(N, V)) * 4.0
+    variance = np.exp(rng.uniform(np.log(0.2), np.log(40.0), size=(N, V)))
+    logits, _ = calibrated_potentials(mean, variance, np.zeros((V, V)), np.zeros((V, V)), 0.5, 1.2)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    labels = (probs.cumsum(1) < rng.uniform(size=(N, 1))).sum(1).astype(np.int32)
+    offsets = np.arange(N + 1, dtype=np.int64)
+    args = (mean, variance, np.zeros((V, V)), np.zeros((V, V)), labels, offsets)
+    fitted = fit_calibration(*args)
+    assert fitted["variance_scale"] == pytest.approx(0.5, rel=0.25)
+    assert fitted["temperature"] == pytest.approx(1.2, rel=0.1)
+    temperature_only = fit_calibration(*args, variance_scale=False)
+    assert temperature_only["variance_scale"] == pytest.approx(1e-5)
+    assert temperature_only["dev_token_nll"] > fitted["dev_token_nll"] + 0.01
+
+
+@pytest.mark.parametrize("low, high, where", [(-2.0, 2.0, 0.3137), (-2.0, 2.0, -2.0), (-1.0, 0.5, 0.5)])
+def test_golden_section_finds_the_minimum_of_a_unimodal_function(low, high, where):
+    """Against the closed-form minimiser of (x − c)² + |x − c| on the interval (clipped to its ends)."""
+    from gpseq.training.calibration import golden_section
+
+    c = 0.3137 if where == 0.3137 else (-5.0 if where == -2.0 else 3.0)
+    calls = []
+    value, x = golden_section(lambda x: calls.append(x) or (x - c) ** 2 + abs(x - c), low, high, 1e-4)
+    assert x == pytest.approx(where, abs=1e-4)
+    assert value == pytest.approx((where - c) ** 2 + abs(where - c), abs=1e-3)
+    assert len(calls) <= int(np.ceil(np.log(1e-4 / (high - low)) / np.log(0.618))) + 3

@@ -431,3 +431,20 @@ def test_the_token_attributes_known_without_spacy_are_spacy_token_attributes():
     from gpseq.features.config import _COMMON_TOKEN_ATTRIBUTES
 
     assert all(hasattr(Token, name) for name in _COMMON_TOKEN_ATTRIBUTES)
+
+
+def test_text_only_attributes_never_import_spacy():
+    """A featurizer whose lexical attributes are computed from the text alone (the segmentation
+    preset: word, char_class) fits and transforms without importing spaCy (a second of a small
+    corpus's training); one that reads spaCy lexemes (lower) does import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpseq.corpora.types import Sentence; from gpseq.features import Featurizer; "
+            "from gpseq.features.config import get_preset; "
+            "s = [Sentence(tokens=('日', '本', 'A'), labels=('B', 'I', 'B'))]; "
+            "Featurizer(get_preset({!r})).fit(s).transform(s); print('spacy' in sys.modules)")
+    run = lambda preset: subprocess.run([sys.executable, "-c", code.format(preset)], capture_output=True,  # noqa: E731
+                                        text=True, check=True).stdout.strip()
+    assert run("segmentation") == "False"
+    assert run("ner") == "True"

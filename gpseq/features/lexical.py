@@ -75,6 +75,17 @@ suffix (3 chars), the `is_*`/`like_*` flags), `word` (the text itself), `prefix1
 `suffix1`..`suffix4` (first/last n characters), `length` (capped at 10) and `char_class`."""
 
 
+# attributes computed from the text alone (no spaCy lexeme: a featurizer using only these never
+# imports spaCy, which takes most of a small corpus's featurisation time)
+TEXT_ONLY = frozenset({"word", "length", "char_class", *(f"{kind}{n}" for kind in ("prefix", "suffix")
+                                                             for n in range(1, 5))})
+
+
+def needs_lexeme(name: str) -> bool:
+    """True when the lexical attribute `name` is read from spaCy's `Lexeme` (not the text alone)."""
+    return name not in TEXT_ONLY
+
+
 def is_lexical(name) -> bool:
     """True when `name` is a lexical (word-type) attribute."""
     return isinstance(name, str) and name in LEXICAL_ATTRIBUTES

@@ -1,7 +1,7 @@
 """Token values: every token's value of each feature source as an integer id.
 
-A source is a lexical attribute of the word (computed once per word type through spaCy's blank
-Vocab, cached), a corpus column, or a spaCy pipeline attribute; `ValueSpace` maps its value
+A source is a lexical attribute of the word (computed once per word type and cached; through
+spaCy's blank Vocab unless it is text-only, `lexical.TEXT_ONLY`), a corpus column, or a spaCy pipeline attribute; `ValueSpace` maps its value
 strings to ids (ids below `n_boundary` are the sentence-boundary values BOS1…, EOS1…).
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from gpseq.errors import ConfigError, InputFormatError
 from gpseq.features.config import FeatureConfig
-from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical
+from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical, needs_lexeme
 from gpseq.features.templates import boundary_string
 
 _TYPE_CACHE_MAX = 2_000_000  # word types cached before the cache is reset
@@ -94,6 +94,7 @@ class TokenValues:
         self._nlp = nlp
         self._lexical_sources = [s for s in self.sources if is_lexical(s)]
         self._lexical_functions = [LEXICAL_ATTRIBUTES[s] for s in self._lexical_sources]
+        self._needs_lexemes = any(needs_lexeme(s) for s in self._lexical_sources)
         self.reset(frozen=False)
 
     def reset(self, frozen: bool) -> None:
@@ -147,8 +148,11 @@ class TokenValues:
                 grown = np.zeros((size, self._type_values.shape[1]), dtype=np.int64)
                 grown[:first] = self._type_values[:first]
                 self._type_values = grown
-            vocab = self._vocab()
-            lexemes = [vocab[word] for word in new_words]
+            if self._needs_lexemes:
+                vocab = self._vocab()
+                lexemes = [vocab[word] for word in new_words]
+            else:  # text-only attributes: no spaCy
+                lexemes = [None] * len(new_words)
             for j, (source, fn) in enumerate(zip(self._lexical_sources, self._lexical_functions)):
                 strings = [fn(lexeme, word) for lexeme, word in zip(lexemes, new_words)]
                 self._type_values[first:needed, j] = self.spaces[source].ids(strings)

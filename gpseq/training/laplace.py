@@ -188,6 +188,17 @@ def fit_laplace(
     return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report)
 
 
+def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
+    """The mean of fits of one model on different data, as a dense fit (support = every weight):
+    a starting point for a fit on their union."""
+    first = fits[0]
+    D, V = first.num_features, first.num_labels
+    mean = lambda values: sum(values) / len(fits)  # noqa: E731
+    weights = mean([fit.dense(fit.weights).ravel() for fit in fits])
+    return LaplaceFit(D, mean([fit.bias for fit in fits]), np.arange(D * V), weights, np.zeros(D * V),
+                      mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report)
+
+
 def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
     """The sentences of `first` then those of `second` (both labelled)."""
     import scipy.sparse as sp
@@ -197,11 +208,11 @@ def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
                         np.concatenate([first.label_ids, second.label_ids]))
 
 
-def calibrate(fit: LaplaceFit, dev: SequenceData, start=(1e-5, 1.0)) -> dict[str, float]:
+def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
     """`fit_calibration` of the fit's predictive on the labelled `dev` split."""
     mean, variance = fit.unary_moments(dev.rows)
     return fit_calibration(mean, variance, fit.pairwise, fit.pairwise_variance, dev.label_ids, dev.offsets,
-                           start=start)
+                           **options)
 
 
 def _softplus_inverse(x):
@@ -314,39 +325,51 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     if crossfit:
         # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
         folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
-        total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit
+        total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit * (init is not None)
         held_out = {prior: [] for prior in grid}
+        fold_fits = {prior: [] for prior in grid}
+
+        def keep(prior, current):
+            held_out[prior].append((*current.unary_moments(part.rows), current.pairwise, current.pairwise_variance,
+                                    part.label_ids, part.offsets))
+            fold_fits[prior].append(current)
+
         for inside, held in folds:
             part = combined.subset(held)
             run_path(NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype), grid, None,
-                     FOLD_BUDGET_SHARE, lambda prior, current: held_out[prior].append(
-                         (*current.unary_moments(part.rows), current.pairwise, current.pairwise_variance,
-                          part.label_ids, part.offsets)))
-        calibrations = {prior: fit_calibration_parts(parts) for prior, parts in held_out.items()}
+                     FOLD_BUDGET_SHARE, keep)
+        # rank the priors by their held-out NLL at their best T; (α, T) in full for the chosen one
+        candidates = {candidate: fit_calibration_parts(parts, variance_scale=False)["dev_token_nll"]
+                      for candidate, parts in held_out.items()}
+        prior = min(grid, key=candidates.__getitem__)
+        calibration = fit_calibration_parts(held_out[prior])
+        dev_nll = candidates[prior] = calibration["dev_token_nll"]
         del held_out
-        prior = min(grid, key=lambda candidate: calibrations[candidate]["dev_token_nll"])
-        calibration, dev_nll = calibrations[prior], calibrations[prior]["dev_token_nll"]
-        candidates = {candidate: c["dev_token_nll"] for candidate, c in calibrations.items()}
-        # the final fit: the same warm-started path on all the sentences, up to the chosen pair
-        chosen = run_path(NumpyChainObjective(combined, num_labels, dtype=config.dtype),
-                          grid[: grid.index(prior) + 1], init)
+        # the final fit on all the sentences: the objective is convex, so where it starts changes
+        # only how soon it converges — from the average of the fold fits at the chosen pair (each
+        # saw 1 − 1/k of these sentences), or along the path from `init` when one is given
+        final = NumpyChainObjective(combined, num_labels, dtype=config.dtype)
+        if init is None:
+            chosen = run_path(final, [prior], average_fit(fold_fits[prior]))
+        else:
+            chosen = run_path(final, grid[: grid.index(prior) + 1], init)
+        del fold_fits
         report = chosen.report
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        candidates, best, last = {}, {}, [(1e-5, 1.0)]
+        candidates, best = {}, {}
 
-        def judge(prior, current):  # calibrate on dev; keep the fit of least calibrated dev NLL
-            calibration = calibrate(current, dev_data, last[0]) if has_dev and tcfg.calibrate else None
-            if calibration:  # the next calibration starts from this one's (α, T)
-                last[0] = (calibration["variance_scale"], calibration["temperature"])
-            candidates[prior] = calibration["dev_token_nll"] if calibration else None
-            if not best or (calibration and calibration["dev_token_nll"] < best["calibration"]["dev_token_nll"]):
-                best.update(prior=prior, fit=current, calibration=calibration)
+        def judge(prior, current):  # rank by the dev NLL at the best T; keep the least
+            ranked = calibrate(current, dev_data, variance_scale=False) if has_dev and tcfg.calibrate else None
+            candidates[prior] = ranked["dev_token_nll"] if ranked else None
+            if not best or (ranked and candidates[prior] < candidates[best["prior"]]):
+                best.update(prior=prior, fit=current)
 
         run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
-        prior, chosen, calibration = best["prior"], best["fit"], best["calibration"]
-        dev_nll = candidates[prior]
+        prior, chosen = best["prior"], best["fit"]
+        calibration = calibrate(chosen, dev_data) if has_dev and tcfg.calibrate else None  # (α, T) in full
+        dev_nll = candidates[prior] = calibration["dev_token_nll"] if calibration else None
         report = chosen.report
         if has_dev and tcfg.refit_with_dev:
             # the held-out split has served (prior, calibration); the final weights see it too
