@@ -51,13 +51,13 @@ def sparse_sparse_inner(X: PaddedRows, Y: PaddedRows):
     return tf.einsum("nk,nmkl,ml->nm", X.values, match, Y.values)
 
 
-def sparse_gram_blocks(rows: PaddedRows):
-    """Per-block Gram matrices X_b X_bᵀ of padded rows `[B, T, F]` → `[B, T, T]`.
+def _index_runs(rows: PaddedRows):
+    """The columns of each block's X_bᵀ and the column of each slot, for padded rows `[B, T, F]`.
 
-    Within each block the T·F (index, token, value) triples are sorted by index (XLA sorts), runs
-    of equal index are summed into one column of X_bᵀ (`unsorted_segment_sum`) and the block's Gram
-    matrix is the product of those columns: O(B·T·F·T) memory instead of the O(B·T²·F²) of
-    pairwise index matching. Padding (value 0) contributes nothing.
+    Within each block the T·F (index, token, value) triples are sorted by index (XLA sorts) and
+    runs of equal index are summed into one column (`unsorted_segment_sum`). Returns columns
+    `[B·T·F, T]` (row r: the values of run r's index at the block's T tokens; unused runs zero)
+    and the run of each slot `[B, T, F]` (a row of the columns). O(B·T·F·T) memory.
     """
     indices, values = rows.indices, rows.values
     shape = tf.shape(indices)
@@ -74,8 +74,31 @@ def sparse_gram_blocks(rows: PaddedRows):
     segment = tf.cumsum(starts, axis=1) - 1 + tf.range(B)[:, None] * n  # [B, T·F] global run id
     contrib = val_sorted[..., None] * tf.one_hot(tok_sorted, T, dtype=values.dtype)  # [B, T·F, T]
     columns = tf.math.unsorted_segment_sum(tf.reshape(contrib, [B * n, T]), tf.reshape(segment, [-1]), B * n)
-    columns = tf.reshape(columns, [B, n, T])  # [B, runs, T]: columns of X_bᵀ (zero-padded)
+    slot_run = tf.gather(segment, tf.argsort(order, axis=-1), batch_dims=1)  # back to slot order
+    return columns, tf.reshape(slot_run, [B, T, F])
+
+
+def sparse_gram_blocks(rows: PaddedRows):
+    """Per-block Gram matrices X_b X_bᵀ of padded rows `[B, T, F]` → `[B, T, T]`.
+
+    The product of each block's columns of X_bᵀ (`_index_runs`): O(B·T·F·T) memory instead of the
+    O(B·T²·F²) of pairwise index matching. Padding (value 0) contributes nothing.
+    """
+    B, T = tf.shape(rows.indices)[0], tf.shape(rows.indices)[1]
+    columns = tf.reshape(_index_runs(rows)[0], [B, T * tf.shape(rows.indices)[2], T])  # [B, runs, T]
     return tf.einsum("brt,brs->bts", columns, columns)
+
+
+def sparse_weighted_gram_blocks(rows: PaddedRows, weights):
+    """Per-block X_b diag(w_p) X_bᵀ for P weightings of the features → `[B, P, T, T]`.
+
+    `rows [B, T, F]` padded; `weights [B, T, F, P]` the weight of each slot's index (equal for
+    equal indices, e.g. gathered from a `[D, P]` table), so that entry (t, s) is
+    Σ_f x_tf w_{tf,p} x_s[i_tf], the values of slot (t, f)'s index at token s read off its run.
+    """
+    columns, slot_run = _index_runs(rows)
+    at_tokens = tf.gather(columns, slot_run)  # [B, T, F, T]: x_s[i_tf]
+    return tf.einsum("btf,btfp,btfs->bpts", rows.values, weights, at_tokens)
 
 
 def _flatten_blocks(rows: PaddedRows):

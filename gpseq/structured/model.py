@@ -21,6 +21,7 @@ from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.gp.kernels import RBF, Linear
 from gpseq.gp.weight_space import WeightSpaceLinear
 from gpseq.structured.config import ESTIMATORS, KERNELS, ModelConfig  # noqa: F401  (re-exported)
+from gpseq.structured.estimators import DEFAULT_SAMPLES, score_function_ell
 from gpseq.structured.likelihoods import likelihood_by_name
 from gpseq.structured.unaries import GaussianPairwise, SparseGPUnaries, Unaries
 
@@ -36,12 +37,13 @@ class StructuredGP(tf.Module):
     `unaries`: `Unaries`; `pairwise`: `GaussianPairwise`; `likelihood`: an object with
     `log_prob(labels, unary, pairwise, lengths)` (`gpseq.structured.likelihoods`). `num_data` N_seq
     rescales minibatch likelihood terms in `loss` (None: the batch is the data), with `num_samples`
-    Monte Carlo draws per sequence. `variance_scale` α and `temperature` T calibrate the predictive
-    on held-out data (never trained by the ELBO; `gpseq.structured.predict`).
+    Monte Carlo draws per sequence (None: the estimator's default, `estimators.DEFAULT_SAMPLES`).
+    `variance_scale` α and `temperature` T calibrate the predictive on held-out data (never trained
+    by the ELBO; `gpseq.structured.predict`).
     """
 
     def __init__(self, unaries: Unaries, pairwise: GaussianPairwise, likelihood, *, estimator: str = "pathwise",
-                 num_data: int | None = None, num_samples: int = 1):
+                 num_data: int | None = None, num_samples: int | None = None):
         super().__init__(name="structured_gp")
         if estimator not in ESTIMATORS:
             raise ConfigError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
@@ -49,7 +51,8 @@ class StructuredGP(tf.Module):
             raise ConfigError(f"likelihood {likelihood.name!r} cannot be differentiated: train it with "
                               'estimator="score"')
         self.unaries, self.pairwise, self.likelihood = unaries, pairwise, likelihood
-        self.estimator, self.num_data, self.num_samples = estimator, num_data, num_samples
+        self.estimator, self.num_data = estimator, num_data
+        self.num_samples = DEFAULT_SAMPLES[estimator] if num_samples is None else int(num_samples)
         self.num_features, self.num_labels, self.dtype = unaries.num_features, unaries.num_labels, unaries.dtype
         self.variance_scale = tf.Variable(tf.ones([], self.dtype), trainable=False, name="variance_scale")
         self.temperature = tf.Variable(tf.ones([], self.dtype), trainable=False, name="temperature")
@@ -75,9 +78,10 @@ class StructuredGP(tf.Module):
     def expected_log_likelihood(self, batch, num_samples: int, seed):
         """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] over the batch, by Monte Carlo (seed eqs. 8, 19)."""
         if self.estimator == "score":
-            from gpseq.structured.estimators import score_function_ell
-
             return score_function_ell(self, batch, num_samples, seed)
+        if not self.likelihood.differentiable:  # e.g. a likelihood swapped in after the model was built
+            raise ConfigError(f"likelihood {self.likelihood.name!r} cannot be differentiated: train it with "
+                              'estimator="score"')
         unary, pairwise = self.sample_potentials(batch, num_samples, seed)
         ll = self.likelihood.log_prob(batch["labels"], unary, pairwise, batch["lengths"])  # [K, S, B]
         per_component = tf.reduce_mean(tf.reduce_sum(ll, -1), axis=1)  # [K]
@@ -143,7 +147,7 @@ class StructuredGP(tf.Module):
 
 
 def build_structured_gp(config: ModelConfig, num_features: int, num_labels: int, inducing_inputs=None,
-                        dtype=tf.float32, *, num_data: int | None = None, num_samples: int = 1,
+                        dtype=tf.float32, *, num_data: int | None = None, num_samples: int | None = None,
                         likelihood=None) -> StructuredGP:
     """The `StructuredGP` a `ModelConfig` describes: its kernel, likelihood and unaries by name.
 

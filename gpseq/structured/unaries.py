@@ -20,7 +20,9 @@ import numpy as np
 import tensorflow as tf
 from gpseq._tfp import tfp
 
+from gpseq.errors import ConfigError
 from gpseq.features.padded import PaddedRows
+from gpseq.gp.kernels import sparse_weighted_gram_blocks
 from gpseq.gp.conditionals import conditional_noise, projections
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.variational import VariationalGaussian
@@ -83,9 +85,8 @@ class SparseGPUnaries(tf.Module):
         return mean, variance
 
     def sample(self, batch, num_samples: int, seed):
-        """Joint samples of g per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 18) and the draws of
-        q(u) they were built from `[K, S, M, V]` (v when whitened): u ~ q_k(u), g = A u + a draw of
-        the conditional N(0, K̃_n)."""
+        """Joint samples of g per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 18): u ~ q_k(u)
+        (v when whitened) shared by the batch, g = A u + a draw of the conditional N(0, K̃_n)."""
         seeds = tfp.random.split_seed(seed, 2)
         a_w, proj, kxx = self.projection(batch)
         draws = self.q.sample_u(num_samples, seeds[0])  # [K, S, M, V]
@@ -94,24 +95,29 @@ class SparseGPUnaries(tf.Module):
         eps = tf.random.stateless_normal(shape, seeds[1], dtype=a_w.dtype)
         mask = tf.sequence_mask(batch["lengths"], tf.shape(a_w)[1], dtype=a_w.dtype)  # [B, T]
         if self.conditional == "full":
-            g += conditional_noise(eps, a_w, mask, self.jitter, k_block=self.kernel.K_sparse_block(global_rows(batch)))
-        else:
-            g += conditional_noise(eps, a_w, mask, self.jitter, k_diag=kxx)
-        return g, draws
+            return g + conditional_noise(eps, a_w, mask, self.jitter,
+                                         k_block=self.kernel.K_sparse_block(global_rows(batch)))
+        return g + conditional_noise(eps, a_w, mask, self.jitter, k_diag=kxx)
 
-    def log_densities(self, draws):
-        """Per component k: log q_k(u_j) per label `[S, V]` and its mean-score Σ_k⁻¹(u − m_k)
-        `[S, M, V]` at `draws [K, S, M, V]` (for the score-function estimator)."""
-        draws = tf.stop_gradient(draws)
-        log_density = self.q.components().log_prob(tf.transpose(draws, [1, 0, 3, 2]))  # [S, K, V]
-        diff = draws - tf.convert_to_tensor(self.q.q_mu)[:, None]  # [K, S, M, V]
-        scale = tf.convert_to_tensor(self.q.q_sqrt)
-        if self.q.full_cov:  # Σ⁻¹ (u − m) by two triangular solves, per component and label
-            rhs = tf.transpose(diff, [0, 3, 2, 1])  # [K, V, M, S]
-            score = tf.transpose(tf.linalg.cholesky_solve(scale, rhs), [0, 3, 2, 1])
+    def gaussian_blocks(self, batch):
+        """q_k(g_n) per component and sequence: mean A m_k `[K, B, T, V]` and covariance
+        K̃_n + A S_kj Aᵀ `[K, B, V, T, T]` (seed eqs. 15–16, 18; K̃_n its diagonal when
+        `conditional = "diag"`, plus the sampler's jitter on the diagonal)."""
+        a_w, proj, kxx = self.projection(batch)
+        T = tf.shape(a_w)[1]
+        if self.conditional == "full":
+            k_tilde = self.kernel.K_sparse_block(global_rows(batch)) - tf.linalg.matmul(a_w, a_w, transpose_b=True)
         else:
-            score = diff / (scale**2)[:, None]
-        return [(log_density[:, k], score[k]) for k in range(self.q.num_components)]
+            k_tilde = tf.linalg.diag(tf.nn.relu(kxx - tf.reduce_sum(a_w**2, -1)))
+        k_tilde += self.jitter * tf.eye(T, dtype=a_w.dtype)  # [B, T, T]
+        mean = tf.einsum("btm,kmv->kbtv", proj, tf.convert_to_tensor(self.q.q_mu))
+        scale = tf.convert_to_tensor(self.q.q_sqrt)
+        if self.q.full_cov:  # [K, V, M, M]
+            projected = tf.einsum("btm,kvmn->kbvtn", proj, scale)
+            cov = tf.linalg.matmul(projected, projected, transpose_b=True)
+        else:  # [K, M, V]
+            cov = tf.einsum("btm,kmv,bsm->kbvts", proj, scale**2, proj)
+        return mean, cov + k_tilde[None, :, None]
 
 
 class Unaries(tf.Module):
@@ -185,18 +191,16 @@ class Unaries(tf.Module):
             mean += self.deep.mean(batch)
         return mean, variance
 
-    def sample(self, batch, num_samples: int, seed, return_draws: bool = False):
+    def sample(self, batch, num_samples: int, seed):
         """Joint samples of the unaries per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 19).
 
         Linear part: the U weights the batch touches drawn from q(w) (an exact joint sample over
         the batch at O(U · V) per draw). Sparse part: u ~ q_k(u) per mixture component (`sample`).
-        With `return_draws` also returns the Gaussian draws {"w": [S, U, V], "u": [K, S, M, V]}.
         """
         seeds = tfp.random.split_seed(seed, 3)
         K, S = self.num_components, num_samples
         B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
         V = self.num_labels
-        draws = {}
         f = self.label_bias + tf.zeros([K, S, B, T, V], self.dtype)
         if self.linear is not None:
             mu = tf.gather(self.linear.q_mu, batch["feature_ids"])  # [U, V]
@@ -205,24 +209,39 @@ class Unaries(tf.Module):
             # drawn directly in [U, S, V] so the table the tokens gather from needs no transpose
             eps = tf.random.stateless_normal(tf.stack([U, S, V]), seeds[0], dtype=self.dtype)
             w = mu[:, None] + sd[:, None] * eps  # [U, S, V]
-            if return_draws:
-                draws["w"] = tf.transpose(w, [1, 0, 2])  # [S, U, V]
             gathered = tf.gather(tf.reshape(w, [U, S * V]), batch["indices"])  # [B, T, F, S·V]
             lin = tf.einsum("btf,btfc->btc", batch["values"], gathered)  # [B, T, S·V]
             f += tf.transpose(tf.reshape(lin, [B, T, S, V]), [2, 0, 1, 3])  # [S, B, T, V]
         if self.sparse is not None:
-            g, draws["u"] = self.sparse.sample(batch, S, seeds[1])
-            f += g
+            f += self.sparse.sample(batch, S, seeds[1])
         if self.deep is not None:
             f += self.deep.sample(batch, S, seeds[2])[None]  # [1, S, B, T, V]
-        return (f, draws) if return_draws else f
+        return f
 
-    def weight_log_density(self, batch, w):
-        """log q(w) per element of the batch's weight draws `w [S, U, V]` and its mean-score (w − μ) / s."""
-        w = tf.stop_gradient(w)
-        mu = tf.gather(self.linear.q_mu, batch["feature_ids"])
-        variance = tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"])
-        return tfd.Normal(mu, tf.sqrt(variance)).log_prob(w), (w - mu) / variance
+    def gaussian_blocks(self, batch):
+        """Each sequence's unaries as Gaussians q_k(f_n) = N(b_kn, Σ_kn), one per mixture component:
+        b `[K, B, T, V]` and per-label T × T covariances Σ `[K, B, V, T, T]` (seed Theorem 3,
+        eqs. 15–16, 18), the exact marginals of `sample`'s joint draws. Linear part: mean X_n μ_j,
+        covariance X_n diag(s_j) X_nᵀ (tokens sharing a feature are correlated); padded tokens get
+        mean 0 and an identity block. Deep unaries have no Gaussian marginal (ConfigError)."""
+        if self.deep is not None:
+            raise ConfigError("deep unaries have no Gaussian marginal q(f_n): they need the pathwise estimator")
+        B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
+        mean = self.label_bias + tf.zeros([1, B, T, self.num_labels], self.dtype)
+        cov = tf.zeros([1, B, self.num_labels, T, T], self.dtype)
+        if self.linear is not None:
+            if self.linear.q_factor is not None:
+                raise ConfigError("gaussian_blocks supports a diagonal q(w) only")
+            rows = self._local_rows(batch)
+            variance = tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"])  # [U, V]
+            mean += self.linear.mean_f(rows, batch["feature_ids"])
+            cov += sparse_weighted_gram_blocks(rows, tf.gather(variance, rows.indices))
+        if self.sparse is not None:
+            sparse_mean, sparse_cov = self.sparse.gaussian_blocks(batch)
+            mean, cov = mean + sparse_mean, cov + sparse_cov
+        mask = tf.sequence_mask(batch["lengths"], T, dtype=self.dtype)  # [B, T]
+        outer = mask[:, None, :, None] * mask[:, None, None, :]  # [B, 1, T, T]
+        return mean * mask[..., None], cov * outer + tf.linalg.diag(1.0 - mask)[:, None]
 
 
 class GaussianPairwise(tf.Module):
@@ -249,8 +268,3 @@ class GaussianPairwise(tf.Module):
     def sample(self, num_samples: int, seed):
         """Draws of f_bin `[S, V, V]`."""
         return self.distribution().sample(num_samples, seed=seed)
-
-    def log_density(self, draws):
-        """log q(f_bin) per element of `draws [S, V, V]` and its mean-score (f − m) / s."""
-        draws = tf.stop_gradient(draws)
-        return self.distribution().log_prob(draws), (draws - self.mean) / tf.convert_to_tensor(self.variance)

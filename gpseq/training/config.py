@@ -35,7 +35,8 @@ class TrainingConfig:
     epochs: int = 10
     max_steps: int | None = None
     learning_rate: float = 0.02
-    num_samples: int = 1  # Monte Carlo samples of f per sequence in the ELBO
+    num_samples: int | None = None  # Monte Carlo samples of f per sequence in the ELBO (None: the
+    # estimator's default, 1 pathwise, 4 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
     seed: int = 0
     dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
     early_stopping: str = "nll"  # "f1" | "nll" | "none"
@@ -56,6 +57,8 @@ class TrainingConfig:
             raise ConfigError(f"devices must be >= 1, got {self.devices}")
         if self.natgrad_gamma is not None and not 0.0 < self.natgrad_gamma <= 1.0:
             raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
+        if self.num_samples is not None and self.num_samples < 1:
+            raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.batch_tokens < 1:

@@ -149,21 +149,21 @@ def build_svi_step(
     gradient was not finite (then no variable changed). `optimizer` steps `variables`; with
     `natural = (NaturalGradient, [(q_mu, q_sqrt), ...])` those Gaussians' variables are
     differentiated in the same pass and stepped by natural gradients instead. With `jit_compile`
-    each replica's loss and gradient are one XLA cluster.
+    each replica's loss and gradient are one XLA cluster. A variable the loss does not reach (no
+    gradient) is a ConfigError naming it, raised when the step is first traced.
     """
     variables = list(variables)
     natgrad, pairs = natural if natural is not None else (None, [])
     natural_vars = [v for q_mu, q_sqrt in pairs for v in natural_variables(q_mu, q_sqrt)]
     differentiated = variables + natural_vars
-    connected: list[bool] = []  # which variables the loss reaches, found while tracing
-
     def weighted_gradients(batch, weight, *args):
         with tf.GradientTape() as tape:
             loss = weight * loss_fn(batch, *args)
         grads = tape.gradient(loss, differentiated)
-        connected[:] = [g is not None for g in grads]
-        return loss, [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-                      for g, v in zip(grads, differentiated)]
+        missing = [v.name for g, v in zip(grads, differentiated) if g is None]
+        if missing:  # never train a variable silently frozen (e.g. one the estimator does not reach)
+            raise ConfigError(f"no gradient reaches trainable variable(s) {', '.join(missing)} from the loss")
+        return loss, [tf.convert_to_tensor(g) for g in grads]
 
     if jit_compile:
         weighted_gradients = tf.function(weighted_gradients, jit_compile=True)
@@ -189,9 +189,8 @@ def build_svi_step(
             finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(grad)))
 
         def apply():
-            adam = [(g, v) for g, v, c in zip(grads, variables, connected) if c]
-            if adam:
-                optimizer.apply_gradients(adam)
+            if variables:
+                optimizer.apply_gradients(zip(grads[:len(variables)], variables))
             if natgrad is not None:
                 rest = grads[len(variables):]
                 natgrad.apply_gradients([(rest[2 * i: 2 * i + 2], pair) for i, pair in enumerate(pairs)])
