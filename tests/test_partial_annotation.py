@@ -205,16 +205,19 @@ def test_conll_question_mark_and_jsonl_null_empty_missing_labels_read_as_unlabel
     jsonl = tmp_path / "partial.jsonl"
     jsonl.write_text('{"tokens": ["The", "cat", "sat"], "labels": ["B-NP", null, ""], "confidences": [1, 1, 1]}\n'
                      '\n{"tokens": ["Dogs", "bark"]}\n'
-                     '{"tokens": ["Birds"], "labels": ["?"]}\n{"tokens": ["Yes"], "labels": ["O"]}\n', encoding="utf-8")
+                     '{"tokens": ["Birds"], "labels": ["?"]}\n'
+                     '{"tokens": ["Yes"], "labels": ["O"], "columns": [["Yes", "UH"]]}\n', encoding="utf-8")
     sentences = read_corpus(jsonl)
     assert [s.labels for s in sentences] == [["B-NP", "?", "?"], ["?", "?"], ["?"], ["O"]]
     assert [s.line for s in sentences] == [1, 3, 4, 5] and sentences[3].fully_labelled
+    assert sentences[0].columns == [["The"], ["cat"], ["sat"]] and sentences[3].columns == [["Yes", "UH"]]
     assert read_corpus(jsonl, labelled=False)[0].labels is None
     for text, problem in (('{"tokens": ["a", "b"], "labels": ["O"]}', "one label per token"),
                           ('{"tokens": []}', "non-empty list"),
                           ('["a"]', "JSON object"),
                           ('{"tokens": ["a"], "labels": ["B NP"]}', "without white space"),
-                          ('{"tokens": ["a"]', "not JSON")):
+                          ('{"tokens": ["a"]', "not JSON"),
+                          ('{"tokens": ["a"], "columns": [["b", "NN"]]}', "the token first")):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"tokens": ["ok"], "labels": ["O"]}\n' + text + "\n", encoding="utf-8")
         with pytest.raises(InputFormatError, match=rf"bad.jsonl:2: .*{problem}"):

@@ -2,6 +2,8 @@
 
     {"tokens": ["He", "reckons", "the", "deficit"], "labels": ["B-NP", null, "B-NP", "?"]}
 
+Optional "columns": per token its fields as a CoNLL line would hold them (token first, e.g.
+`["He", "PRP"]`), for features that read corpus columns (the `chunking` preset reads column 1).
 The records of `gpseq tag --format jsonl` and `gpseq select --format jsonl` read back as they are
 (their other keys are ignored), so a tagged file corrected by hand trains. A label that is null,
 "" or "?", and every label of a record without "labels" (or with "labels": null), is
@@ -36,10 +38,16 @@ def iter_jsonl(source: Source, *, labelled: bool = True, encoding: str = "utf-8"
             tokens = record.get("tokens")
             if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t for t in tokens):
                 raise InputFormatError(name, number, '"tokens" must be a non-empty list of non-empty strings')
+            columns = record.get("columns")
+            if columns is not None and not (isinstance(columns, list) and len(columns) == len(tokens) and all(
+                    isinstance(row, list) and row and row[0] == token and all(isinstance(f, str) for f in row)
+                    for row, token in zip(columns, tokens))):
+                raise InputFormatError(name, number, '"columns" must hold one list of strings per token, the token '
+                                                     "first")
             labels = None
             if labelled:
                 labels = _labels(record.get("labels"), len(tokens), name, number)
-            yield Sentence(tokens, labels, source=name, line=number)
+            yield Sentence(tokens, labels, columns or [], source=name, line=number)
 
 
 def _labels(given, count: int, name: str, number: int) -> list[str]:
