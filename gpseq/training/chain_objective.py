@@ -11,9 +11,9 @@ Partial annotation: a token labelled `UNLABELLED_ID` (`?` in the corpus) is marg
 sentence with such tokens contributes −log p(observed labels | x) = log Z_n − log Z_n^c, Z_n^c the
 chain restricted to the paths through its observed labels (`TimeMajor.constrained_forward_backward`),
 and its gradient is E_p[φ] − E_{p|observed}[φ]: the constrained marginals and pair sums stand in for
-the gold indicators and transition counts. Fully labelled sentences are computed exactly as before
-(the constrained chain of a one-hot mask is their gold path); sentences with no labelled token
-contribute 0 and are left out. The support is the pairs of the labelled tokens only. The Fisher
+the gold indicators and transition counts. Fully labelled sentences are scored by their gold path
+directly (what the constrained chain of a one-hot mask gives, without its cost); sentences with no
+labelled token contribute 0 and are left out. The support is the pairs of the labelled tokens only. The Fisher
 diagonal stays that of the model marginals over every token, the expected information of fully
 labelled sentences: a partial label carries less (Var_p[φ] − E Var_{p|observed}[φ]), so the
 Laplace variances of weights seen mostly on unlabelled tokens come out too small — calibration's
@@ -75,7 +75,7 @@ class NumpyChainObjective:
         self.token = np.flatnonzero(in_full)  # the tokens of fully labelled sentences, scored by their gold path
         self.gold = self.labels[self.token]
         self.transitions = layout.transition_counts(self.labels, V, where=in_full)
-        self.n_tokens = int(known.sum())
+        self.n_tokens = int(known.sum())  # the labelled tokens: the evidence (per-token figures)
         self.support = observed_pairs(data, V)
         self._dense = np.zeros(D * V, dtype)
         self.partial_layout = None
@@ -102,16 +102,16 @@ class NumpyChainObjective:
         score = gold.sum(dtype=np.float64) + np.sum(self.transitions * p)
         resid = marg
         resid[self.token, self.gold] -= 1.0
-        observed_pairs_sum = self.transitions
+        target_pair_sum = self.transitions
         if self.partial_layout is not None:  # E_{p|observed} in place of the gold path
-            observed, observed_pair_sum, log_z_observed = self.partial_layout.constrained_forward_backward(
+            observed_marg, observed_pair_sum, log_z_observed = self.partial_layout.constrained_forward_backward(
                 unary[self.partial_rows], pairwise, self.allowed)
             score += log_z_observed.sum()
-            resid[self.partial_rows] -= observed
-            observed_pairs_sum = self.transitions + observed_pair_sum
+            resid[self.partial_rows] -= observed_marg
+            target_pair_sum = self.transitions + observed_pair_sum
         g_w = (self.rows_t @ resid).ravel()[self.support]
         return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64), g_w.astype(np.float64),
-                pair_sum.astype(np.float64) - observed_pairs_sum)
+                pair_sum.astype(np.float64) - target_pair_sum)
 
     def fisher(self, b, w_support, p):
         """Fisher diagonals of (b [V], w on the support [P], P [V, V]), float64: the model marginals'
