@@ -33,7 +33,7 @@ import numpy as np
 
 from gpseq.corpora.splits import kfold_indices
 from gpseq.errors import NumericalError
-from gpseq.training.batching import SequenceData
+from gpseq.training.batching import UNKNOWN_LABEL_ID, SequenceData
 from gpseq.training.calibration import fit_calibration, fit_calibration_parts
 from gpseq.training.chain_objective import NumpyChainObjective
 from gpseq.training.lbfgs import minimize_lbfgs
@@ -318,8 +318,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
 
     crossfit = cross_fitting(tcfg, data, dev_data)
     if crossfit or has_dev and tcfg.refit_with_dev:
-        # sentences of dev with a label train never saw cannot be trained on
-        clean = np.add.reduceat((dev_data.label_ids < 0).astype(np.int64), dev_data.offsets[:-1]) == 0
+        # sentences of dev with a label train never saw cannot be trained on (unlabelled tokens can)
+        clean = np.add.reduceat((dev_data.label_ids == UNKNOWN_LABEL_ID).astype(np.int64), dev_data.offsets[:-1]) == 0
         combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
     scores: dict = {"method": "laplace"}
     if crossfit:
