@@ -417,3 +417,21 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
             total -= np.log(np.maximum(marg.numpy()[b, np.arange(len(gold)), gold], 1e-12)).sum()
             count += len(gold)
     assert reported == pytest.approx(total / count, rel=2e-3)  # float32 objective in the fits
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 8])
+def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
+    """The threaded row-block product is SciPy's product: blocks of any count (forced below the
+    size threshold), rows with no nonzeros, a 1-column dense factor."""
+    import gpseq.training.chain_objective as chain_objective
+
+    monkeypatch.setattr(chain_objective, "PARALLEL_NONZEROS", 0)
+    monkeypatch.setattr(chain_objective.os, "cpu_count", lambda: cpus)
+    rng = np.random.default_rng(cpus)
+    matrix = sp.random(57, 40, density=0.1, format="csr", random_state=cpus, dtype=np.float32)
+    matrix[5:9] = 0.0
+    blocks = chain_objective.RowBlocks(matrix)
+    assert len(blocks.blocks) == min(cpus, 4)
+    for width in (1, 7):
+        dense = rng.normal(size=(40, width)).astype(np.float32)
+        np.testing.assert_array_equal(blocks @ dense, matrix @ dense)

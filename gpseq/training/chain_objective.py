@@ -28,11 +28,53 @@ on this 2-core machine), which was removed.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from gpseq.features.padded import ranges
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
+
+
+PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
+_POOL: list = []
+
+
+def _threads() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="gpseq-spmm"))
+    return _POOL[0]
+
+
+class RowBlocks:
+    """A CSR matrix cut into row blocks of about equal nonzeros, whose product with a dense matrix
+    runs one block per thread: SciPy's sparse products release the GIL, and they are most of a
+    large corpus's evaluation (on CoNLL-2000 chunking, X·W and Xᵀ·R took ≈ 80 % of it, the
+    forward–backward the rest). One block below `PARALLEL_NONZEROS` or on one core."""
+
+    def __init__(self, matrix):
+        matrix = matrix.tocsr()
+        self.shape, self.dtype = matrix.shape, matrix.dtype
+        blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
+        cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
+        bounds = sorted({0, *cuts, matrix.shape[0]})
+        self.blocks = [(low, high, matrix[low:high]) for low, high in zip(bounds[:-1], bounds[1:])] \
+            if blocks > 1 else [(0, matrix.shape[0], matrix)]
+
+    def __matmul__(self, dense: np.ndarray) -> np.ndarray:
+        out = np.empty((self.shape[0], dense.shape[1]), np.result_type(self.dtype, dense.dtype))
+
+        def run(block):
+            low, high, rows = block
+            out[low:high] = rows @ dense
+
+        if len(self.blocks) == 1:
+            run(self.blocks[0])
+        else:
+            list(_threads().map(run, self.blocks))
+        return out
 
 
 def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
@@ -66,9 +108,9 @@ class NumpyChainObjective:
             known = data.label_ids >= 0
         self.layout = layout = TimeMajor(data.offsets)
         rows = data.rows[layout.order].astype(dtype)
-        self.rows = rows.tocsr()
-        self.rows_t = rows.T.tocsr()  # Xᵀ as CSR: the gradient product reads it row by row
-        self.rows_squared_t = rows.multiply(rows).T.tocsr()
+        self.rows = RowBlocks(rows)
+        self.rows_t = RowBlocks(rows.T)  # Xᵀ as CSR: the gradient product reads it row by row
+        self.rows_squared_t = RowBlocks(rows.multiply(rows).T)
         self.labels = data.label_ids[layout.order].astype(np.int64)
         partial = np.add.reduceat((~known).astype(np.int64), data.offsets[:-1]) > 0  # [B] corpus order
         in_full = ~partial[layout.sentences][layout.sentence_of]  # [N] time-major
