@@ -124,6 +124,7 @@ class Tagger:
         tcfg = config.training
         method = config.resolved_method()
         partial = next((s for s in train if not s.fully_labelled), None)
+        unlabelled_tokens = sum(label == UNLABELLED for s in train for label in s.labels)  # of the training corpus
         if partial is not None and method != "laplace":
             raise ConfigError(f"{partial.source}:{partial.line}: tokens labelled {UNLABELLED!r} (partial annotation) "
                               f"need the default training (method laplace); this configuration trains by {method}")
@@ -152,6 +153,8 @@ class Tagger:
                 start = map_start(init, featurizer, labels)
             arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start)
             scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
+            if partial is not None:
+                scores["unlabelled_tokens"] = unlabelled_tokens
             if init is not None:
                 arrays.update(calibration_arrays(init, config.dtype))
                 scores.update(warm_start=True, calibration=init.scores.get("calibration"))

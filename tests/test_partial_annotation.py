@@ -322,6 +322,8 @@ def test_cli_trains_on_question_mark_labels_saves_tags_and_evaluates_skipping_th
     result = invoke("train", tmp_path / "train.conll", "-o", tmp_path / "model")
     assert result.exit_code == 0, result.output
     meta = json.loads((tmp_path / "model" / "tagger.json").read_text())
+    hidden = sum(label == UNLABELLED for s in train for label in s.labels)
+    assert meta["scores"]["unlabelled_tokens"] == hidden and f"{hidden:,} of" in result.stdout
     expected = sorted({label for s in train for label in s.labels} - {"?"})
     assert UNLABELLED not in meta["labels"] and set(meta["labels"]) <= set(expected)  # (the dev split keeps some)
     result = invoke("tag", tmp_path / "model", SAMPLE / "test.conll", "--input-format", "conll")

@@ -152,6 +152,8 @@ def train(
                   + (f", M = {tagger_config.model.num_inducing}" if tagger_config.model.has_inducing else "")
                   + f", trained by {scores.get('method', 'svi')}"),
         ("train / dev sentences", f"{scores.get('train_sentences', len(sentences))} / {scores.get('dev_sentences', 0)}"),
+        *([("unlabelled tokens (?)", f"{scores['unlabelled_tokens']:,} of {sum(len(s) for s in sentences):,}, "
+            "marginalised")] if scores.get("unlabelled_tokens") else []),
         ("steps", f"{scores.get('steps')}" + (" (stopped early)" if scores.get("stopped_early") else "")),
         ("time", f"{elapsed:.1f} s"),
     ]
