@@ -19,7 +19,12 @@ score (E[h_d] = 0), and g̃_d = g_d − â_d h_d with â_d = Cov[g_d, h_d] / Var
 E[L h_d²] / E[h_d²] (E[h_d] = 0 exactly, so the moments are uncentred). â_d for sample s is
 estimated from the other S − 1 samples (leave-one-out: â is independent of the draw it multiplies
 and the estimate stays unbiased); it acts from S = 2 on (at S = 2 it is the other sample's L;
-at S = 1 there is none). `DEFAULT_SAMPLES` is the sample count this estimator trains with.
+at S = 1 there is none). `DEFAULT_SAMPLES` is the sample count this estimator trains with: 4,
+where the control variates act. Measured (Nov 2026, 2 shared cores): on the sample corpus (chunking
+features, linear+rbf, a 16-sentence batch after one epoch) they cut the summed gradient variance
+456× at S = 2, 661× at S = 4, 714× at S = 8 (1× at S = 1); a CoNLL-2000 training step (batch 32,
+M = 64) takes ~172 ms at S = 4 or 8 vs ~115–155 ms at S = 1 and ~130 ms pathwise. Memory grows as
+K·B·V·T²·S (the Σ scores), which is why the default stays at 4.
 """
 
 from __future__ import annotations
