@@ -67,40 +67,84 @@ def test_pairwise_and_weight_kl_equal_tfp_closed_form():
     np.testing.assert_allclose(model.prior_kl().numpy(), total.numpy(), rtol=1e-10)
 
 
-def _unary_gaussians(model, Z, dense, data, conditional="full"):
-    """Exact per-sequence Gaussian of the unaries, computed densely in NumPy (seed eqs. 15–18);
-    `conditional="diag"`: K̃_n replaced by its diagonal."""
+def _unary_gaussians(model, Z, dense, data, conditional="full", component=0, drop_k_tilde=False):
+    """Exact per-sequence Gaussian of the unaries of mixture `component`, computed densely in NumPy
+    (seed eqs. 15–18): [(means [V, T], covariances [V, T, T]) per sequence]. `conditional="diag"`:
+    K̃_n replaced by its diagonal; `drop_k_tilde`: without K̃_n (the reference of a known bug)."""
     import scipy.linalg
 
     mu = model.unaries.linear.q_mu.numpy()
     s = np.asarray(model.unaries.linear.q_variance)
     bias = model.unaries.label_bias.numpy()
-    variance = float(tf.convert_to_tensor(model.unaries.sparse.kernel.variance))
-    lengthscale = float(np.squeeze(tf.convert_to_tensor(model.unaries.sparse.kernel.lengthscales)))
+    sparse = model.unaries.sparse
+    if sparse is not None:
+        variance = float(tf.convert_to_tensor(sparse.kernel.variance))
+        lengthscale = float(np.squeeze(tf.convert_to_tensor(sparse.kernel.lengthscales)))
 
-    def rbf(a, b):
-        d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
-        return variance * np.exp(-0.5 * d2 / lengthscale**2)
+        def rbf(a, b):
+            d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+            return variance * np.exp(-0.5 * d2 / lengthscale**2)
 
-    kzz = rbf(Z, Z) + ModelConfig().jitter * np.eye(len(Z))
-    L = np.linalg.cholesky(kzz)
-    q_mu = model.unaries.sparse.q.q_mu.numpy()[0]  # [M, V] whitened
-    q_sqrt = tf.convert_to_tensor(model.unaries.sparse.q.q_sqrt).numpy()[0]  # [V, M, M]
+        kzz = rbf(Z, Z) + ModelConfig().jitter * np.eye(len(Z))
+        L = np.linalg.cholesky(kzz)
+        q_mu = sparse.q.q_mu.numpy()[component]  # [M, V] (of v when whitened)
+        q_scale = tf.convert_to_tensor(sparse.q.q_sqrt).numpy()[component]  # [V, M, M] or [M, V]
     out = []
     for b in range(len(data)):
         X = dense[data.offsets[b] : data.offsets[b + 1]]
-        kxz = rbf(X, Z)
-        A_w = scipy.linalg.solve_triangular(L, kxz.T, lower=True).T  # K_xz L^-T
-        cond = rbf(X, X) - A_w @ A_w.T
-        if conditional == "diag":
-            cond = np.diag(np.diag(cond))
         means, covs = [], []
         for j in range(model.num_labels):
-            means.append(bias[j] + X @ mu[:, j] + A_w @ q_mu[:, j])
-            Sj = q_sqrt[j] @ q_sqrt[j].T
-            covs.append(X @ np.diag(s[:, j]) @ X.T + cond + A_w @ Sj @ A_w.T)
+            means.append(bias[j] + X @ mu[:, j])
+            covs.append(X @ np.diag(s[:, j]) @ X.T)
+        if sparse is not None:
+            kxz = rbf(X, Z)
+            A_w = scipy.linalg.solve_triangular(L, kxz.T, lower=True).T  # K_xz L^-T
+            A = A_w if sparse.whiten else kxz @ np.linalg.inv(kzz)  # the projection of q(u)
+            cond = rbf(X, X) - A_w @ A_w.T
+            if conditional == "diag":
+                cond = np.diag(np.diag(cond))
+            for j in range(model.num_labels):
+                Sj = q_scale[j] @ q_scale[j].T if sparse.q.full_cov else np.diag(q_scale[:, j] ** 2)
+                means[j] = means[j] + A @ q_mu[:, j]
+                covs[j] = covs[j] + A @ Sj @ A.T + (0.0 if drop_k_tilde else cond)
         out.append((np.array(means), np.array(covs)))
     return out
+
+
+def _chain_log_lik(labels, unary, pairwise):
+    """log p(y | f) by enumerating every path, vectorised over draws: `labels [T]`, `unary [n, T, V]`,
+    `pairwise [n, V, V]` → `[n]`."""
+    n, T, V = unary.shape
+    paths = np.array(list(itertools.product(range(V), repeat=T)))  # [V^T, T]
+
+    def score(path):  # [..., T] → [n, ...]
+        s = unary[:, np.arange(T), path].sum(-1)
+        if T > 1:
+            s = s + pairwise[:, path[..., :-1], path[..., 1:]].sum(-1)
+        return s
+
+    return score(np.asarray(labels)) - np.logaddexp.reduce(score(paths), axis=-1)
+
+
+def _independent_ell(model, Z, dense, data, conditional, n, seed, drop_k_tilde=False):
+    """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] by NumPy Monte Carlo over the dense Gaussians and path
+    enumeration, with its standard error (n draws per sequence and component)."""
+    rng = np.random.default_rng(seed)
+    weights = model.mixture_weights().numpy()
+    pair_mean = model.pairwise.mean.numpy()
+    pair_sd = np.sqrt(np.asarray(model.pairwise.variance))
+    total, variance = 0.0, 0.0
+    for k, pi in enumerate(weights):
+        for b, (means, covs) in enumerate(_unary_gaussians(model, Z, dense, data, conditional, k, drop_k_tilde)):
+            labels = data.label_ids[data.offsets[b] : data.offsets[b + 1]]
+            T = len(labels)
+            chols = np.linalg.cholesky(covs + 1e-9 * np.eye(T))  # [V, T, T]
+            unary = means.T + np.einsum("vts,nsv->ntv", chols, rng.standard_normal((n, T, len(means))))
+            pairwise = pair_mean + pair_sd * rng.standard_normal((n,) + pair_mean.shape)
+            values = _chain_log_lik(labels, unary, pairwise)
+            total += pi * values.mean()
+            variance += pi**2 * values.var(ddof=1) / n
+    return total, np.sqrt(variance)
 
 
 def _brute_log_lik(labels, unary, pairwise):
@@ -112,29 +156,31 @@ def _brute_log_lik(labels, unary, pairwise):
     return gold - np.logaddexp.reduce(scores)
 
 
-def test_expected_log_likelihood_matches_independent_monte_carlo():
+@pytest.mark.parametrize("kernel, K, whiten, conditional", [
+    ("linear+rbf", 1, True, "full"), ("linear+rbf", 1, True, "diag"), ("linear+rbf", 2, True, "diag"),
+    ("linear+rbf", 2, False, "diag"), ("linear+rbf", 1, False, "full"),
+    ("linear", 2, True, "diag"),  # K > 1 without a q(u): one Gaussian, not K copies (issue 18)
+])
+def test_expected_log_likelihood_matches_independent_monte_carlo(kernel, K, whiten, conditional):
+    """The model's Monte Carlo ELL (seed eqs. 8, 19) against NumPy Monte Carlo over the dense
+    per-sequence Gaussians with path enumeration: within 4 combined standard errors, with the
+    standard error small enough that the reference without K̃_n is off by more than 4 of them."""
     data, dense = _tiny_data(seed=3)
-    model, Z = _tiny_model(seed=3)
+    model, Z = _tiny_model(kernel, seed=3, num_components=K, whiten=whiten, rbf_conditional=conditional)
+    assert model.unaries.num_components == (K if kernel != "linear" else 1)
+    if model.unaries.sparse is not None:  # a narrower q(u): K̃_n's share of the variance is then large
+        q_sqrt = model.unaries.sparse.q.q_sqrt
+        q_sqrt.assign(0.1 * tf.convert_to_tensor(q_sqrt))
     batch = _batch(data)
-    estimate = np.mean([model.expected_log_likelihood(batch, 200, tf.constant([i, 1])).numpy() for i in range(10)])
-    # independent: exact T_n-dimensional Gaussians (NumPy), numpy sampling, brute-force chain
-    rng = np.random.default_rng(0)
-    gaussians = _unary_gaussians(model, Z, dense, data)
-    pair_mean = model.pairwise.mean.numpy()
-    pair_sd = np.sqrt(np.asarray(model.pairwise.variance))
-    n = 2000
-    total = 0.0
-    for b, (means, covs) in enumerate(gaussians):
-        labels = data.label_ids[data.offsets[b] : data.offsets[b + 1]]
-        T = len(labels)
-        chols = [np.linalg.cholesky(c + 1e-9 * np.eye(T)) for c in covs]
-        vals = []
-        for _ in range(n):
-            unary = np.stack([means[j] + chols[j] @ rng.standard_normal(T) for j in range(len(means))], -1)
-            pairwise = pair_mean + pair_sd * rng.standard_normal(pair_mean.shape)
-            vals.append(_brute_log_lik(labels, unary, pairwise))
-        total += np.mean(vals)
-    assert abs(estimate - total) < 0.05 * abs(total) + 0.05
+    ell = tf.function(lambda seed: model.expected_log_likelihood(batch, 5000, seed))
+    draws = np.array([ell(tf.constant([i, 1])).numpy() for i in range(8)])  # 8 × 5,000 draws
+    estimate, estimate_se = draws.mean(), draws.std(ddof=1) / np.sqrt(len(draws))
+    reference, reference_se = _independent_ell(model, Z, dense, data, conditional, 40000, seed=0)
+    se = np.hypot(estimate_se, reference_se)
+    assert abs(estimate - reference) < 4 * se, (estimate, reference, se)
+    if kernel != "linear":  # the test would catch dropping K̃_n (seed eq. 18)
+        without, without_se = _independent_ell(model, Z, dense, data, conditional, 40000, seed=0, drop_k_tilde=True)
+        assert abs(estimate - without) > 4 * np.hypot(estimate_se, without_se), (estimate, without, se)
 
 
 def test_black_box_numpy_likelihood_trains_with_score_estimator():
