@@ -184,7 +184,9 @@ def test_expected_log_likelihood_matches_independent_monte_carlo(kernel, K, whit
 
 
 def test_black_box_numpy_likelihood_trains_with_score_estimator():
-    """A likelihood TensorFlow cannot differentiate (tf.numpy_function) still gets gradients."""
+    """A likelihood TensorFlow cannot differentiate (tf.numpy_function, path enumeration in NumPy)
+    gets, under the score-function estimator, exactly the value and the gradient of every trainable
+    variable that the built-in chain gets (the estimator only evaluates the likelihood)."""
     data, _ = _tiny_data(seed=2, n_seq=3)
 
     def numpy_chain_log_lik(labels, unary, pairwise, lengths):
@@ -198,20 +200,28 @@ def test_black_box_numpy_likelihood_trains_with_score_estimator():
         return out
 
     black_box = BlackBoxLikelihood(numpy_chain_log_lik)
-    model, _ = _tiny_model(kernel="linear", seed=2, estimator="score", likelihood=black_box)
     batch = _batch(data)
-    with tf.GradientTape() as tape:
-        ell_box = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
-    grads = tape.gradient(ell_box, [model.unaries.linear.q_mu])
-    assert grads[0] is not None and np.abs(tf.convert_to_tensor(grads[0]).numpy()).sum() > 0
-    exact, _ = _tiny_model(kernel="linear", seed=2, estimator="score")  # the same variables, the built-in chain
-    ell_tf = exact.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
-    np.testing.assert_allclose(ell_box.numpy(), ell_tf.numpy(), rtol=1e-8)
-    # the pathwise estimator would get no likelihood gradient through it: refused
+    for kernel in ("linear", "linear+rbf"):
+        results = []
+        for likelihood in (black_box, None):  # the same variables: the black box, then the built-in chain
+            model, _ = _tiny_model(kernel=kernel, seed=2, estimator="score", likelihood=likelihood)
+            with tf.GradientTape() as tape:
+                ell = model.expected_log_likelihood(batch, 4, tf.constant([0, 0]))
+            grads = tape.gradient(ell, model.trainable_variables)
+            results.append([ell.numpy()] + [tf.convert_to_tensor(g).numpy() for g in grads])
+        for box, built_in in zip(*results):
+            np.testing.assert_allclose(box, built_in, rtol=1e-8, atol=1e-12)
+        assert all(np.abs(g).sum() > 0 for g in results[0][1:])
+    # the pathwise estimator would get no likelihood gradient through it: refused, when the model is
+    # built and when the likelihood is swapped into a built model
     from gpseq.errors import ConfigError
 
     with pytest.raises(ConfigError, match='estimator="score"'):
         _tiny_model(kernel="linear", seed=2, likelihood=black_box)
+    model, _ = _tiny_model(kernel="linear", seed=2)
+    model.likelihood = black_box
+    with pytest.raises(ConfigError, match='estimator="score"'):
+        model.loss(batch, tf.constant([0, 0]))
 
 
 # ---- the Tagger end to end on the bundled sample -------------------------------------------------
