@@ -40,14 +40,14 @@ def _consistent(paths, labels):
     return np.all(~given | (paths == labels), axis=1)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_constrained_forward_backward_equals_enumeration_of_the_allowed_paths(seed):
+@pytest.mark.parametrize("seed,scale", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 30.0)])
+def test_constrained_forward_backward_equals_enumeration_of_the_allowed_paths(seed, scale):
     rng = np.random.default_rng(seed)
     V = 3
     lengths = np.array([5, 3, 1, 4, 2])
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    unary = rng.normal(size=(offsets[-1], V)) * 2.0
-    pairwise = rng.normal(size=(V, V))
+    unary = rng.normal(size=(offsets[-1], V)) * scale
+    pairwise = rng.normal(size=(V, V)) * scale / 2
     allowed = rng.random((offsets[-1], V)) < 0.6
     allowed[np.arange(len(allowed)), rng.integers(V, size=len(allowed))] = True  # ≥ 1 allowed label a token
     allowed[offsets[0]:offsets[1]] = True  # one sentence unconstrained: the plain chain
@@ -69,8 +69,8 @@ def test_constrained_forward_backward_equals_enumeration_of_the_allowed_paths(se
             np.add.at(expected_pairs, (paths[:, t], paths[:, t + 1]), probs)
     mine = np.empty_like(marg)
     mine[layout.order] = marg  # back to corpus order
-    np.testing.assert_allclose(mine, expected_marg, atol=1e-12)
-    np.testing.assert_allclose(pair_sum, expected_pairs, atol=1e-12)
+    np.testing.assert_allclose(mine, expected_marg, atol=1e-11)
+    np.testing.assert_allclose(pair_sum, expected_pairs, atol=1e-11)
     np.testing.assert_allclose(log_z, np.array(expected_log_z)[layout.sentences], rtol=1e-12)
     assert np.all(mine[~allowed] == 0.0)
 
