@@ -29,7 +29,10 @@ class ModelConfig:
     rbf_lengthscale: float = 4.0
     linear_variance: float = 1.0  # of the "paper-linear" inducing-point kernel
     pairwise_prior_variance: float = 1.0
-    rbf_conditional: str = "diag"  # K̃_n blocks: "full" T×T (seed eq. 18) or "diag" (its diagonal)
+    rbf_conditional: str = "diag"  # p(g_n | u) of the inducing-point GP: "full" = N(A u, K̃_n), seed
+    # Theorem 3's joint T × T conditional (eq. 18); "diag" = N(A u, diag K̃_n), a different model (the
+    # fully independent, FITC-style conditional): each token's residual given u is independent, so a
+    # sentence's unaries are correlated only through q(u) and q(w); per-token marginals are the same
     initial_weight_variance: float = 1e-4  # initial s of q(w) (small: start near the MAP)
     jitter: float = 1e-6
     unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py)

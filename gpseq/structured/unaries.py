@@ -7,7 +7,10 @@ with the linear part in weight space (`gpseq.gp.WeightSpaceLinear`: the linear-k
 inducing approximation; DESIGN "The expressiveness trap") and g_j a sparse GP (`SparseGPUnaries`)
 with K-means inducing inputs Z and q(u) a mixture of K Gaussians (seed eq. 13). Each sequence's
 unaries are Gaussian with T_n-dimensional blocks per label (seed Theorem 3, eqs. 15–18): mean
-X_n μ_j + A_n m_kj, covariance X_n diag(s_j) X_nᵀ + K̃_n + A_n S_kj A_nᵀ.
+X_n μ_j + A_n m_kj, covariance X_n diag(s_j) X_nᵀ + K̃_n + A_n S_kj A_nᵀ, where K̃_n is the joint
+T_n × T_n conditional covariance of seed eq. 18 with `conditional="full"` and only its diagonal
+with `"diag"` (the default: the FITC-style conditional p(g_n | u) = Π_t N(g_t; a_tᵀu, K̃_tt), a
+different model from Theorem 3's; see `SparseGPUnaries`).
 
 Batches are the tagger's padded batches: `indices [B, T, F]` (batch-local ids into
 `feature_ids [U]`), `values [B, T, F]`, `lengths [B]`. Samples carry the mixture component and the
@@ -39,8 +42,13 @@ class SparseGPUnaries(tf.Module):
     """g_j(x), j = 1…V: a sparse GP per label with `kernel`, shared inducing inputs `Z [M, D]` and
     q(u) = Σ_k π_k Π_j N(u_j; m_kj, S_kj) (`VariationalGaussian`, whitened by default).
 
-    `conditional`: the per-sequence K̃_n of seed eq. 18 as the joint T × T block ("full") or its
-    diagonal ("diag": tokens conditionally independent given u).
+    `conditional`: the prior conditional p(g_n | u) of a sequence. "full": N(A u, K̃_n) with the joint
+    T × T block K̃_n = K_nn − A K_zn of seed eq. 18 (Theorem 3's model). "diag": N(A u, diag K̃_n),
+    each token's residual independent given u (the fully independent / FITC conditional of
+    Quiñonero-Candela & Rasmussen 2005): the same per-token marginals, but within a sentence the
+    unaries are correlated only through q(u) (A S Aᵀ) and the weight-space part; the ELBO is that
+    model's evidence lower bound, not a bound on Theorem 3's model's evidence. "full" costs one
+    T × T Cholesky per sequence more (measured ~10–20 % per SVI step on CoNLL-2000, batch 32).
     """
 
     def __init__(self, kernel, inducing_inputs, num_labels: int, *, full_cov: bool = True, whiten: bool = True,
