@@ -160,6 +160,16 @@ class GPNet(tf.Module):
                 tf.Variable(tf.zeros([P], self.dtype), name="residual_b2"),
             ]
 
+    @property
+    def trainable_variables(self):
+        """The network's variables, and the kernel's and likelihood's when `learn_hyperparameters`
+        (the trainer refuses a variable the loss does not reach)."""
+        variables = super().trainable_variables
+        if self.learn_hyperparameters:
+            return variables
+        fixed = {v.ref() for part in (self.kernel, self.likelihood) for v in part.trainable_variables}
+        return tuple(v for v in variables if v.ref() not in fixed)
+
     # ---- the network q_γ -----------------------------------------------------------------------
     def q_sqrt(self):
         """V^{1/2}: `[P, F, F]` lower triangular (full) or `[F, P]` standard deviations (diagonal)."""
