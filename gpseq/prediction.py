@@ -22,13 +22,23 @@ PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
 class Predictor:
     """The compiled prediction and scoring functions of one `StructuredGP`, over token-capped batches.
 
+    `model`: the `StructuredGP`, or a function that builds it (called on first use: a model whose
+    deterministic predictive `linear` serves never builds it). `linear`: the model's
+    `LinearPredictive` (NumPy, the default model's deterministic predictive), or None.
     `overlap`: context tokens a window keeps on either side of the tokens it is used for
     (`sequence_windows`); `dtype`: the NumPy float type of the model's batches."""
 
-    def __init__(self, model, overlap: int, dtype=np.float32):
-        self.model, self.overlap, self.dtype = model, overlap, dtype
+    def __init__(self, model, overlap: int, dtype=np.float32, linear=None):
+        self._model = model
+        self.overlap, self.dtype, self.linear = overlap, dtype, linear
         self._mean_fn = self._sample_fn = self._gold_fn = None
         self._chain_fns: dict[bool, object] = {}
+
+    @property
+    def model(self):
+        if callable(self._model) and not hasattr(self._model, "unaries"):
+            self._model = self._model()
+        return self._model
 
     def predict(self, data: SequenceData, *, mean: bool, samples: int, batch_size: int, seed: int,
                 max_tokens: int, chains: bool = False) -> Iterator[tuple]:
@@ -42,35 +52,28 @@ class Predictor:
         numbers = itertools.count()  # one seed per compiled call
         short = np.flatnonzero(data.lengths <= max_tokens)
         for ids in token_batches(data.lengths[short], PREDICT_TOKENS, batch_size):
-            marg, path, logp, *chain_arrays = self._batch(data, short[ids], mean, samples, [seed, next(numbers)],
-                                                          chains)
-            if chains:
-                from gpseq.structured.spans import ChainPosterior
-
-                unary, pairwise, weights = chain_arrays
-                yield short[ids], marg, path, logp, ChainPosterior(unary, pairwise, data.lengths[short[ids]], weights)
-            else:
-                yield short[ids], marg, path, logp
+            marg, path, logp, posterior = self._batch(data, short[ids], mean, samples, [seed, next(numbers)], chains)
+            yield (short[ids], marg, path, logp, posterior) if chains else (short[ids], marg, path, logp)
         for index in np.flatnonzero(data.lengths > max_tokens):
             start, stop = data.offsets[index], data.offsets[index + 1]
             windows = sequence_windows(int(stop - start), max_tokens, self.overlap)  # [W, 4]
             pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
             marg = path = unary = pairwise = weights = None
             for ids in token_batches(pieces.lengths, PREDICT_TOKENS, batch_size):
-                window_marg, window_path, _, *window_chains = self._batch(pieces, ids, mean, samples,
-                                                                          [seed, next(numbers)], chains)
+                window_marg, window_path, _, window = self._batch(pieces, ids, mean, samples, [seed, next(numbers)],
+                                                                  chains)
                 if marg is None:
                     marg = np.empty((stop - start, window_marg.shape[-1]), dtype=window_marg.dtype)  # [T, V]
                     path = np.empty(stop - start, dtype=window_path.dtype)  # [T]
                 if chains and unary is None:
-                    chain_unary, pairwise, weights = window_chains
-                    unary = np.empty((chain_unary.shape[0], stop - start, chain_unary.shape[-1]))  # [R, T, V]
+                    pairwise, weights = window.pairwise, window.weights
+                    unary = np.empty((window.unary.shape[0], stop - start, window.unary.shape[-1]))  # [R, T, V]
                 for row, w in enumerate(ids):
                     first, _, keep_start, keep_stop = windows[w]
                     marg[keep_start:keep_stop] = window_marg[row, keep_start - first:keep_stop - first]
                     path[keep_start:keep_stop] = window_path[row, keep_start - first:keep_stop - first]
                     if chains:
-                        unary[:, keep_start:keep_stop] = window_chains[0][:, row, keep_start - first:keep_stop - first]
+                        unary[:, keep_start:keep_stop] = window.unary[:, row, keep_start - first:keep_stop - first]
             labelled = SequenceData(data.rows[start:stop], np.array([0, stop - start], dtype=np.int64),
                                     path.astype(np.int32))
             logp = self.log_probs(labelled, mean=mean, samples=samples, batch_size=batch_size,
@@ -94,8 +97,6 @@ class Predictor:
         (`sequence_windows`): Σ_w log p_w(y_w) − Σ_w log p(y of w ∩ w+1), every term the model's
         chain on that stretch alone. Scores of the parts add up to the whole path's score exactly;
         the windows' log-partitions stand in for the sentence's."""
-        import tensorflow as tf
-
         lengths = data.lengths
         token_owner = np.repeat(np.arange(len(data)), lengths)
         unseen = np.bincount(token_owner, weights=data.label_ids < 0, minlength=len(data)) > 0
@@ -114,35 +115,48 @@ class Predictor:
         else:
             owner, sign, pieces = np.arange(len(data)), np.ones(len(data)), data
         out = np.zeros(len(data))
-        samples = tf.constant(samples, tf.int32)
-        fn = self._compiled_gold()
+        clipped = SequenceData(pieces.rows, pieces.offsets, np.maximum(pieces.label_ids, 0))  # unseen: −inf below
         for number, ids in enumerate(token_batches(pieces.lengths, PREDICT_TOKENS, batch_size)):
-            raw = make_batch(pieces, ids, dtype=self.dtype)
-            raw["labels"] = np.maximum(raw["labels"], 0)  # unseen labels: −inf below, whatever this scores
-            batch = {k: tf.convert_to_tensor(v) for k, v in raw.items()}
-            logp = fn(batch, samples, tf.constant([seed[0], seed[1] + number], tf.int32), tf.constant(mean)).numpy()
+            if mean and self.linear is not None:
+                logp = self.linear.log_probs(clipped, ids)
+            else:
+                logp = self._gold_batch(clipped, ids, mean, samples, [seed[0], seed[1] + number])
             np.add.at(out, owner[ids], sign[ids] * logp)
         out = np.minimum(out, 0.0)  # log-probabilities; the windows' sum can round (or approximate) above 0
         out[unseen] = -np.inf
         return out
 
+    def _gold_batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int]):
+        """log p(labels | X) `[B]` of the labelled sentences `ids` of `data` by the compiled model."""
+        import tensorflow as tf
+
+        batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}
+        return self._compiled_gold()(batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32),
+                                     tf.constant(mean)).numpy()
+
     def _batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int],
                chains: bool = False):
-        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B]) of the sentences `ids` of `data`;
-        with `chains` also the predictive's chains as a `ChainPosterior` (`predict.predict_with_chains`)."""
+        """(marginals [B, T, V], Viterbi paths [B, T], log p(path | X) [B], the predictive's chains as a
+        `ChainPosterior` (`predict.predict_with_chains`) with `chains`, else None) of the sentences
+        `ids` of `data`: by the NumPy predictive `linear` when it serves, else the compiled model."""
+        if mean and self.linear is not None:
+            return self.linear.batch(data, ids, chains)
         import tensorflow as tf
 
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}
         if chains:
+            from gpseq.structured.spans import ChainPosterior
+
             marg, path, logp, unary, pairwise, weights = self._compiled_chains(mean)(
                 batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
-            return marg.numpy(), path.numpy(), logp.numpy(), unary.numpy(), pairwise.numpy(), weights.numpy()
+            return marg.numpy(), path.numpy(), logp.numpy(), ChainPosterior(unary.numpy(), pairwise.numpy(),
+                                                                            data.lengths[ids], weights.numpy())
         fn = self._compiled(mean)
         if mean:
             marg, path, logp = fn(batch)
         else:
             marg, path, logp = fn(batch, tf.constant(samples, tf.int32), tf.constant(seed, tf.int32))
-        return marg.numpy(), path.numpy(), logp.numpy()
+        return marg.numpy(), path.numpy(), logp.numpy(), None
 
     def _compiled_chains(self, mean: bool):
         import tensorflow as tf

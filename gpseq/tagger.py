@@ -76,10 +76,16 @@ class Tagger:
 
     @property
     def predictor(self) -> Predictor:
-        """The model's batched, windowed prediction (`gpseq/prediction.py`), compiled on first use."""
+        """The model's batched, windowed prediction (`gpseq/prediction.py`), compiled on first use;
+        the default model's deterministic predictive in NumPy (`gpseq.linear_predictive`) when the
+        tagger holds its trained or loaded arrays (not a live TensorFlow model that SVI may still
+        be changing): it never builds the TensorFlow model."""
         if self._predictor is None:
+            from gpseq.linear_predictive import LinearPredictive
+
             dtype = np.float32 if self.config.dtype == "float32" else np.float64
-            self._predictor = Predictor(self.model, self.config.predict_overlap, dtype)
+            linear = None if self._state is None else LinearPredictive.from_state(self.config.model, self._state, dtype)
+            self._predictor = Predictor(lambda: self.model, self.config.predict_overlap, dtype, linear)
         return self._predictor
 
     # ---- training -----------------------------------------------------------------------------
@@ -436,8 +442,7 @@ class Tagger:
         featurizer = Featurizer.load(directory / "features")
         arrays = read_arrays(directory / "arrays.npz")
         check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer.n_features, config.model)
-        model = _build_model(config, meta["num_features"], len(meta["labels"]), arrays)
-        return cls(config, featurizer, meta["labels"], model, meta.get("scores"))
+        return cls(config, featurizer, meta["labels"], arrays, meta.get("scores"))  # the model: built on first use
 
 
 def _build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays: dict):

@@ -1172,20 +1172,28 @@ PEAK_RSS_BOUND_MB = 1536  # the issue's bound (1.5 GB) for every run below, at d
 
 
 def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tagger, long_sentence, monkeypatch):
-    """Every batch that reaches the compiled prediction and scoring functions holds at most
-    PREDICT_TOKENS padded tokens and sequences of at most max_tokens tokens, for sentences of
-    thousands of tokens tagged and scored next to short ones: memory bounded by construction."""
+    """Every batch that reaches the compiled prediction and scoring functions (or the default
+    model's NumPy predictive) holds at most PREDICT_TOKENS padded tokens and sequences of at most
+    max_tokens tokens, for sentences of thousands of tokens tagged and scored next to short ones:
+    memory bounded by construction."""
     import gpseq.prediction as prediction_module
+    from gpseq.linear_predictive import LinearPredictive
 
     shapes = []
-    real_make_batch = prediction_module.make_batch
+    real_make_batch, real_padded = prediction_module.make_batch, LinearPredictive._padded
 
     def make_batch(data, ids, **kwargs):
         batch = real_make_batch(data, ids, **kwargs)
         shapes.append(batch["labels"].shape)  # [B, T]
         return batch
 
+    def padded(self, data, ids):
+        mean, calibrated, lengths = real_padded(self, data, ids)
+        shapes.append(mean.shape[:2])  # [B, T]
+        return mean, calibrated, lengths
+
     monkeypatch.setattr(prediction_module, "make_batch", make_batch)
+    monkeypatch.setattr(LinearPredictive, "_padded", padded)
     tokens = long_sentence.tokens  # about 3,400 tokens
     default_tagger.tag([tokens, tokens[:30], tokens[:7]], max_tokens=300)
     default_tagger.gold_log_probs([long_sentence, long_sentence], max_tokens=300)
