@@ -141,3 +141,23 @@ def test_gaussian_blocks_equal_the_dense_numpy_per_sequence_gaussians(conditiona
         pad = cov.shape[-1] - T  # padded tokens: an identity block, uncorrelated with the sentence
         np.testing.assert_array_equal(cov[0, b, :, T:, T:], np.broadcast_to(np.eye(pad), (2, pad, pad)))
         np.testing.assert_array_equal(cov[0, b, :, :T, T:], 0.0)
+
+
+def test_covariance_scores_by_contractions_equal_the_per_draw_computation():
+    """`covariance_score_gradient` (sums over draws as matrix products) against the per-draw T × T
+    scores h_s = ½(α_s α_sᵀ − P) and the split-half coefficients written out draw by draw."""
+    rng = np.random.default_rng(0)
+    K, B, V, T, S = 2, 3, 2, 4, 6
+    values = rng.standard_normal((K, B, S))
+    alpha = rng.standard_normal((K, B, V, T, S))
+    precision = rng.standard_normal((K, B, V, T, T))
+    h = 0.5 * (np.einsum("kbvts,kbvus->kbvtus", alpha, alpha) - precision[..., None])  # [K, B, V, T, T, S]
+    L = values[:, :, None, None, None, :]
+    halves = [np.arange(S) < S // 2, np.arange(S) >= S // 2]
+    coefficient = [(L * h**2)[..., half].sum(-1) / (h**2)[..., half].sum(-1) for half in halves]
+    expected = sum(((L - coefficient[1 - i][..., None]) * h)[..., half].sum(-1) for i, half in enumerate(halves)) / S
+    got = estimators.covariance_score_gradient(tf.constant(values), tf.constant(alpha), tf.constant(precision))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-12)
+    plain = estimators.covariance_score_gradient(tf.constant(values), tf.constant(alpha), tf.constant(precision),
+                                                 use_control_variates=False)
+    np.testing.assert_allclose(plain.numpy(), (L * h).mean(-1), rtol=1e-10, atol=1e-12)

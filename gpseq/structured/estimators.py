@@ -16,15 +16,19 @@ the batch, by the batch's sum).
 
 Control variates (seed §5.2): for each dimension d of (b, Σ, m, s), g_d = L h_d with h_d the
 score (E[h_d] = 0), and g̃_d = g_d − â_d h_d with â_d = Cov[g_d, h_d] / Var[h_d] =
-E[L h_d²] / E[h_d²] (E[h_d] = 0 exactly, so the moments are uncentred). â_d for sample s is
-estimated from the other S − 1 samples (leave-one-out: â is independent of the draw it multiplies
-and the estimate stays unbiased); it acts from S = 2 on (at S = 2 it is the other sample's L;
-at S = 1 there is none). `DEFAULT_SAMPLES` is the sample count this estimator trains with: 4,
-where the control variates act. Measured (Nov 2026, 2 shared cores): on the sample corpus (chunking
-features, linear+rbf, a 16-sentence batch after one epoch) they cut the summed gradient variance
-456× at S = 2, 661× at S = 4, 714× at S = 8 (1× at S = 1); a CoNLL-2000 training step (batch 32,
-M = 64) takes ~172 ms at S = 4 or 8 vs ~115–155 ms at S = 1 and ~130 ms pathwise. Memory grows as
-K·B·V·T²·S (the Σ scores), which is why the default stays at 4.
+E[L h_d²] / E[h_d²] (E[h_d] = 0 exactly, so the moments are uncentred). â_d is estimated from
+draws other than the one it multiplies, so the estimate stays unbiased: leave-one-out for b, m
+and s; cross-fitted between the two halves of the draws for Σ (`covariance_score_gradient`, which
+never forms the T × T scores per draw). They act from S = 2 on (at S = 2, â is the other draw's
+L; at S = 1 there is none).
+
+`DEFAULT_SAMPLES["score"]` = 16 draws per sequence. Measured (Nov 2026, 2 shared cores; the
+scripts are in the issue-18 session report): on a 16-sentence batch of the sample corpus
+(chunking features, linear+rbf, after one epoch) the control variates cut the summed gradient
+variance 422× at S = 2, 631× at 4, 664× at 8, 721× at 16 (1× at S = 1); a CoNLL-2000 SVI step
+(1,000 sentences, batch 32, M = 64) costs 190 ms CPU at S = 4, 193 ms at 16, 228 ms at 32 and
+158 ms pathwise (peak RSS 1.47, 1.45, 1.50 and 1.34 GB); 10 epochs on the sample corpus reach
+chunk F1 0.850 at S = 4, 0.910 at 8, 0.922 at 16, 0.930 at 32 (pathwise 0.941).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from gpseq._tfp import tfp
 
 from gpseq.gp.linalg import safe_cholesky
 
-DEFAULT_SAMPLES = {"pathwise": 1, "score": 4}  # Monte Carlo draws per sequence when none is given
+DEFAULT_SAMPLES = {"pathwise": 1, "score": 16}  # Monte Carlo draws per sequence when none is given
 
 
 def control_variate_coefficient(values, scores):
@@ -56,6 +60,40 @@ def score_gradient(values, scores, use_control_variates: bool = True):
     if use_control_variates:
         weights = values - control_variate_coefficient(values, scores)
     return tf.reduce_mean(weights * scores, -1)
+
+
+def covariance_score_gradient(values, alpha, precision, use_control_variates: bool = True):
+    """(1/S) Σ_s (L_s − â_s) h_s for the covariance scores h_s = ½(α_s α_sᵀ − Σ⁻¹) without forming
+    them per sample: values `[K, B, S]`, alpha `[K, B, V, T, S]`, precision Σ⁻¹ `[K, B, V, T, T]` →
+    `[K, B, V, T, T]`.
+
+    â per element is cross-fitted between the two halves of the draws (each half's â, from its own
+    Σ L h² / Σ h², multiplies the other half's scores: unbiased, like leave-one-out); every sum over
+    draws is then a contraction (Σ_s w_s α_s α_sᵀ, Σ_s w_s α_s² α_s²ᵀ), so memory stays
+    O(K·B·V·T²) instead of O(K·B·V·T²·S). At S = 2 this is leave-one-out; at S = 1 there is no â.
+    """
+    S = tf.shape(values)[-1]
+    dtype = values.dtype
+    first = tf.cast(tf.range(S) < S // 2, dtype)  # [S]
+
+    def sums(weights):  # Σ_s w_s h_s and Σ_s w_s h_s² for weights [K, B, S]
+        w = weights[:, :, None, None, :]
+        outer = tf.linalg.matmul(alpha * w, alpha, transpose_b=True)  # Σ_s w_s α_s α_sᵀ
+        outer_sq = tf.linalg.matmul(alpha**2 * w, alpha**2, transpose_b=True)
+        total = tf.reduce_sum(weights, -1)[:, :, None, None, None]
+        by_h = 0.5 * (outer - total * precision)
+        by_h_sq = 0.25 * (outer_sq - 2.0 * precision * outer + precision**2 * total)
+        return by_h, by_h_sq
+
+    halves = []
+    for half in (first, 1.0 - first):
+        (lh, lh_sq), (h, h_sq) = sums(values * half), sums(tf.ones_like(values) * half)
+        halves.append((lh, h, tf.math.divide_no_nan(lh_sq, h_sq)))
+    (lh1, h1, a1), (lh2, h2, a2) = halves
+    S = tf.cast(S, dtype)
+    if not use_control_variates:
+        return (lh1 + lh2) / S
+    return ((lh2 - a1 * h2) + (lh1 - a2 * h1)) / S
 
 
 def score_function_ell(model, batch, num_samples: int, seed, use_control_variates: bool = True):
@@ -84,10 +122,9 @@ def score_function_ell(model, batch, num_samples: int, seed, use_control_variate
     alpha = tf.linalg.triangular_solve(chol, eps, adjoint=True) * mask  # Σ⁻¹(f − b) [K, B, V, T, S]
     identity = tf.eye(tf.shape(cov)[-1], batch_shape=tf.shape(cov)[:-2], dtype=cov.dtype)
     precision = tf.linalg.cholesky_solve(chol, identity) * mask * tf.linalg.matrix_transpose(mask)
-    cov_score = 0.5 * (alpha[..., :, None, :] * alpha[..., None, :, :] - precision[..., None])  # [K, B, V, T, T, S]
-    seq_ll = tf.transpose(ll, [0, 2, 1])[:, :, None, None, :]  # [K, B, 1, 1, S]
-    grad_mean = score_gradient(seq_ll, alpha, use_control_variates)  # [K, B, V, T]
-    grad_cov = score_gradient(seq_ll[..., None, :], cov_score, use_control_variates)  # [K, B, V, T, T]
+    seq_ll = tf.transpose(ll, [0, 2, 1])  # [K, B, S]
+    grad_mean = score_gradient(seq_ll[:, :, None, None, :], alpha, use_control_variates)  # [K, B, V, T]
+    grad_cov = covariance_score_gradient(seq_ll, alpha, precision, use_control_variates)  # [K, B, V, T, T]
     pi = tf.stop_gradient(weights)
     surrogate = tf.einsum("k,kbvt,kbtv->", pi, tf.stop_gradient(grad_mean), mean)
     surrogate += tf.einsum("k,kbvts,kbvts->", pi, tf.stop_gradient(grad_cov), cov)

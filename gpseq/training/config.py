@@ -36,7 +36,7 @@ class TrainingConfig:
     max_steps: int | None = None
     learning_rate: float = 0.02
     num_samples: int | None = None  # Monte Carlo samples of f per sequence in the ELBO (None: the
-    # estimator's default, 1 pathwise, 4 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
+    # estimator's default, 1 pathwise, 16 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
     seed: int = 0
     dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
     early_stopping: str = "nll"  # "f1" | "nll" | "none"
