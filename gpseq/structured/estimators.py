@@ -22,13 +22,13 @@ and s; cross-fitted between the two halves of the draws for Σ (`covariance_scor
 never forms the T × T scores per draw). They act from S = 2 on (at S = 2, â is the other draw's
 L; at S = 1 there is none).
 
-`DEFAULT_SAMPLES["score"]` = 16 draws per sequence. Measured (Nov 2026, 2 shared cores; the
-scripts are in the issue-18 session report): on a 16-sentence batch of the sample corpus
-(chunking features, linear+rbf, after one epoch) the control variates cut the summed gradient
-variance 422× at S = 2, 631× at 4, 664× at 8, 721× at 16 (1× at S = 1); a CoNLL-2000 SVI step
-(1,000 sentences, batch 32, M = 64) costs 190 ms CPU at S = 4, 193 ms at 16, 228 ms at 32 and
-158 ms pathwise (peak RSS 1.47, 1.45, 1.50 and 1.34 GB); 10 epochs on the sample corpus reach
-chunk F1 0.850 at S = 4, 0.910 at 8, 0.922 at 16, 0.930 at 32 (pathwise 0.941).
+`DEFAULT_SAMPLES["score"]` = 16 draws per sequence. Measured by `benchmarks/score_estimator.py`
+(Nov 2026, shared 2-core machine; `benchmarks/results/score_estimator.json`): on a 16-sentence batch
+of the sample corpus the control variates cut the summed gradient variance 234× at S = 2, 279× at
+4, 384× at 16 (1× at S = 1); a CoNLL-2000 SVI step (1,000 sentences, batch 32, M = 64) costs
+176 ms CPU at S = 1, 182 at 4, 198 at 16, 196 at 32 and 143 pathwise; 10 epochs on the sample
+corpus reach chunk F1 0.073 at S = 1 (no control variate: chance level), 0.838 at 2, 0.850 at 4,
+0.910 at 8, 0.922 at 16, 0.930 at 32 (pathwise 0.941).
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def score_function_ell(model, batch, num_samples: int, seed, use_control_variate
     eq. 19) whose gradient is the score-function estimate (module docstring)."""
     seeds = tfp.random.split_seed(seed, 2)
     mean, cov = model.unaries.gaussian_blocks(batch)  # [K, B, T, V], [K, B, V, T, T]
-    chol = safe_cholesky(tf.stop_gradient(cov), jitter=model.unaries.sparse.jitter
-                         if model.unaries.sparse is not None else 1e-6)
+    jitter = model.unaries.sparse.jitter if model.unaries.sparse is not None else 1e-6
+    chol = safe_cholesky(tf.stop_gradient(cov), jitter=jitter)  # draws from N(b, Σ + jitter I), scored as such
     shape = tf.concat([tf.shape(cov)[:-1], [num_samples]], 0)  # [K, B, V, T, S]
     eps = tf.random.stateless_normal(shape, seeds[0], dtype=cov.dtype)
     draws = tf.linalg.matmul(chol, eps)  # f − b per label, [K, B, V, T, S]
