@@ -185,7 +185,8 @@ def test_mixture_svgp_elbo_uses_the_weighted_components():
     _random_q(model, 1)
     model.q.mixture_logits.assign([0.3, -0.4])
     pi = np.exp([0.3, -0.4]) / np.exp([0.3, -0.4]).sum()
-    q_mu, q_sqrt = model.q.q_mu.numpy()[:, :, 0], tf.convert_to_tensor(model.q.q_sqrt).numpy()[:, 0]  # [K, M], [K, M, M]
+    q_mu = model.q.q_mu.numpy()[:, :, 0]  # [K, M]
+    q_sqrt = tf.convert_to_tensor(model.q.q_sqrt).numpy()[:, 0]  # [K, M, M]
     covs = q_sqrt @ np.transpose(q_sqrt, (0, 2, 1))
 
     def rbf(a, b):
