@@ -428,10 +428,13 @@ def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
     monkeypatch.setattr(chain_objective, "PARALLEL_NONZEROS", 0)
     monkeypatch.setattr(chain_objective.os, "cpu_count", lambda: cpus)
     rng = np.random.default_rng(cpus)
-    matrix = sp.random(57, 40, density=0.1, format="csr", random_state=cpus, dtype=np.float32)
+    matrix = sp.random(57, 40, density=0.1, format="csr", random_state=cpus, dtype=np.float32).tolil()
     matrix[5:9] = 0.0
+    matrix = matrix.tocsr()
     blocks = chain_objective.RowBlocks(matrix)
     assert len(blocks.blocks) == min(cpus, 4)
+    for _, _, block in blocks.blocks:  # views: no second copy of the corpus
+        assert np.shares_memory(block.data, matrix.data) or block.nnz == 0
     for width in (1, 7):
         dense = rng.normal(size=(40, width)).astype(np.float32)
         np.testing.assert_array_equal(blocks @ dense, matrix @ dense)

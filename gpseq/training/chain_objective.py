@@ -60,7 +60,7 @@ class RowBlocks:
         blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
         cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
         bounds = sorted({0, *cuts, matrix.shape[0]})
-        self.blocks = [(low, high, matrix[low:high]) for low, high in zip(bounds[:-1], bounds[1:])] \
+        self.blocks = [(low, high, _row_view(matrix, low, high)) for low, high in zip(bounds[:-1], bounds[1:])] \
             if blocks > 1 else [(0, matrix.shape[0], matrix)]
 
     def __matmul__(self, dense: np.ndarray) -> np.ndarray:
@@ -75,6 +75,19 @@ class RowBlocks:
         else:
             list(_threads().map(run, self.blocks))
         return out
+
+
+def _row_view(matrix, low: int, high: int):
+    """Rows low:high of a CSR matrix sharing its data and indices: slicing would copy them, and so
+    would SciPy's constructor (it copies a view of less than half its base), so the arrays are
+    set on an empty matrix of the block's shape."""
+    import scipy.sparse as sp
+
+    start, stop = matrix.indptr[low], matrix.indptr[high]
+    view = sp.csr_matrix((high - low, matrix.shape[1]), dtype=matrix.dtype)
+    view.data, view.indices = matrix.data[start:stop], matrix.indices[start:stop]
+    view.indptr = (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype)
+    return view
 
 
 def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
