@@ -100,24 +100,33 @@ class LinearPredictive:
 
 def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The best label path `[B, T]` (int32, 0 past a length) of the chains with `unary [B, T, V]`
-    and `pairwise [V, V]`: max-product forward with back-pointers, then the trace back from each
-    sentence's last token. Ties go to the lowest label id."""
+    and `pairwise [V, V]`: max-product forward with back-pointers over the sentences still
+    running at each step (sorted by length, a prefix), then the trace back from each sentence's
+    last token. Ties go to the lowest label id."""
     B, T, V = unary.shape
     paths = np.zeros((B, T), np.int32)
     if B == 0 or T == 0:
         return paths
+    order = np.argsort(-lengths, kind="stable")
+    unary, lengths = unary[order], lengths[order]
+    running = (lengths[None, :] > np.arange(T)[:, None]).sum(1)  # [T] sentences still running at t
     score = unary[:, 0].copy()  # [B, V] best score of a path ending in each label
+    final = score.copy()  # at each sentence's last token
     back = np.zeros((B, T, V), np.int32)
-    final = np.where(lengths[:, None] == 1, score, -np.inf)
     for t in range(1, T):
-        candidates = score[:, :, None] + pairwise[None]  # [B, V from, V to]
-        back[:, t] = candidates.argmax(1)
-        score = candidates.max(1) + unary[:, t]
-        final = np.where((lengths == t + 1)[:, None], score, final)
+        n = int(running[t])
+        candidates = score[:n, :, None] + pairwise[None]  # [n, V from, V to]
+        best = candidates.argmax(1)  # [n, V]
+        back[:n, t] = best
+        score = np.take_along_axis(candidates, best[:, None, :], 1)[:, 0] + unary[:n, t]
+        ends = lengths[:n] == t + 1
+        final[:n][ends] = score[ends]
     label = final.argmax(1)
     rows = np.arange(B)
     for t in range(T - 1, -1, -1):
         inside = t < lengths
         paths[:, t] = np.where(inside, label, 0)
         label = np.where(inside & (t > 0), back[rows, t, label], label)
-    return paths
+    out = np.empty_like(paths)
+    out[order] = paths
+    return out
