@@ -17,10 +17,11 @@ group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I)
    evidence fixed point per group, γ_g = Σ_{i∈g} (1 − s_i / σ²_g), σ²_g ← Σ_{i∈g} θ̂_i² / γ_g,
    then back to 1, warm-started.
 
-`train_laplace` (what `Tagger.train` runs) fits one σ² per value of `training.prior_variance_grid`
-(warm-started), calibrates each fit's predictive on the dev split carved from the training data
-(`gpseq.training.calibration`), keeps the one of least calibrated dev NLL and refits it on
-train + dev. The step budget is L-BFGS's, not a number of epochs.
+`train_laplace` (what `Tagger.train` runs) fits the (σ², λ) pairs of `prior_candidates` along a
+warm-started path, ranks them by the NLL of the dev split carved from the training data at each
+fit's best temperature (`gpseq.training.calibration`; a small corpus: of the out-of-fold
+predictions of cross-fitting instead), calibrates the chosen fit's predictive in full (α, T) and
+refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
 """
 
 from __future__ import annotations
@@ -242,10 +243,10 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
                   callbacks=None, init: "LaplaceFit | None" = None):
-    """The default training of a `TaggerConfig`: for each prior variance of
-    `training.prior_variance_grid` (warm-started, ascending) fit q by `fit_laplace` and calibrate
-    its predictive on `dev_data`; keep the one of least calibrated dev NLL; refit it on
-    train + dev. Returns (the model's arrays as `model_state` names them, scores). `init`: a fit on
+    """The default training of a `TaggerConfig`: for each (σ², λ) of `prior_candidates`
+    (warm-started, in order) fit q by `fit_laplace` and rank it by the dev NLL at its best
+    temperature; calibrate the best one's predictive (α, T) on `dev_data`; refit it on
+    train + dev (small corpora: cross-fitting, `cross_fitting`). Returns (the model's arrays as `model_state` names them, scores). `init`: a fit on
     this featurizer's columns and these labels that the fits on all the training data start from
     instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
 
