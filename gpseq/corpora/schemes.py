@@ -11,6 +11,7 @@ that are not chunk labels (POS tags such as `NN`) raise ConfigError: callers che
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from gpseq.errors import ConfigError
 
@@ -30,6 +31,7 @@ def normalise_scheme(scheme: str) -> str:
     return key
 
 
+@lru_cache(maxsize=65536)  # a tagger's label set is small; spans() parses every token's label
 def split_label(label: str) -> tuple[str, str] | None:
     """(prefix, type) of a chunk label (`B-NP` → ('B', 'NP'), `O`/`B` → ('O'/'B', '')), else None."""
     if label == "O":
