@@ -20,7 +20,7 @@ class TrainingConfig:
     max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
     prior_variance_grid: list = field(default_factory=lambda: [16.0])  # laplace: σ² of the weights
     # chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
-    l1_grid: list = field(default_factory=lambda: [0.3, 0.1, 0.03])  # laplace: strengths of the Laplace
+    l1_grid: list = field(default_factory=lambda: [1.0, 0.3, 0.1, 0.03])  # laplace: strengths of the Laplace
     # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
     # sparsest fit); the first pair (σ², l1) is the model without a dev split
     cross_fit_folds: int = 3  # laplace, small corpora: choose (σ², l1) and calibrate on out-of-fold
