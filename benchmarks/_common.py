@@ -167,3 +167,27 @@ def fit_temperature(probabilities, gold_index) -> float:
     result = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
     log_t = float(result.x) if result.fun <= values[best] else float(grid[best])
     return math.exp(log_t)
+
+
+def run_meta(script: str, quick: bool, started: float) -> dict:
+    """The `meta/...` keys every benchmark's JSON ends with: date, machine, the command that ran
+    (`benchmarks/<script>` and this process's arguments), quick, gpseq version, git HEAD, wall
+    seconds since `started` (a `time.perf_counter()` value) and this process's peak RSS."""
+    import shlex
+    import subprocess
+    import sys
+    import time
+
+    import gpseq
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "meta/date": time.strftime("%Y-%m-%d %H:%M"),
+        "meta/machine": machine(),
+        "meta/command": shlex.join(["python", f"benchmarks/{script}", *sys.argv[1:]]),
+        "meta/quick": bool(quick),
+        "meta/gpseq_version": gpseq.__version__,
+        "meta/git_head": head.stdout.strip() or None,
+        "meta/wall_s": time.perf_counter() - started,
+        "meta/process_peak_rss_mb": peak_rss_mb(),
+    }

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import corpora_root, crfsuite_features, crfsuite_marginals, machine, peak_rss_mb  # noqa: E402
+from _common import corpora_root, crfsuite_features, crfsuite_marginals, run_meta  # noqa: E402
 from versus_crf import CRF_PARAMS, refuse_tracked, train_crf  # noqa: E402
 from gpseq.corpora import UNLABELLED, Sentence, read_conll, split_label, write_conll  # noqa: E402
 from gpseq.evaluate import evaluate  # noqa: E402
@@ -232,19 +230,7 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    import gpseq
-
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    results.update({
-        "meta/date": time.strftime("%Y-%m-%d %H:%M"),
-        "meta/machine": machine(),
-        "meta/command": shlex.join(["python", "benchmarks/graybox.py", *sys.argv[1:]]),
-        "meta/quick": bool(args.quick),
-        "meta/gpseq_version": gpseq.__version__,
-        "meta/git_head": head.stdout.strip() or None,
-        "meta/wall_s": time.perf_counter() - started,
-        "meta/process_peak_rss_mb": peak_rss_mb(),
-    })
+    results.update(run_meta("graybox.py", args.quick, started))
     print()
     print(table(results))
     if args.json is not None:

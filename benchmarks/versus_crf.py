@@ -96,10 +96,10 @@ from _common import (  # noqa: E402
     crfsuite_gold_log_probs,
     crfsuite_marginals,
     machine,
-    temper,
     paper_folds,
     paper_pool,
-    peak_rss_mb,
+    run_meta,
+    temper,
 )
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
 from gpseq.evaluate import evaluate  # noqa: E402
@@ -537,19 +537,7 @@ def main() -> None:
         results["wins/small-scale/nll_below_crfsuite_4_of_4"] = (n_nll == 4) if complete else None
         results["wins/small-scale/error_le_crfsuite_3_of_4"] = (n_err >= 3) if complete else None
 
-    import gpseq
-
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    results.update({
-        "meta/date": time.strftime("%Y-%m-%d %H:%M"),
-        "meta/machine": machine(),
-        "meta/command": shlex.join(["python", "benchmarks/versus_crf.py", *sys.argv[1:]]),
-        "meta/quick": bool(args.quick),
-        "meta/gpseq_version": gpseq.__version__,
-        "meta/git_head": head.stdout.strip() or None,
-        "meta/wall_s": time.perf_counter() - started,
-        "meta/process_peak_rss_mb": peak_rss_mb(),
-    })
+    results.update(run_meta("versus_crf.py", args.quick, started))
 
     print()
     for corpus in done:
