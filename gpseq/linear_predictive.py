@@ -59,7 +59,8 @@ class LinearPredictive:
                    float(arrays["var:variance_scale"]), float(arrays["var:temperature"]), dtype)
 
     def _padded(self, data, ids):
-        """Posterior-mean and calibrated unaries `[B, T, V]` (float64, 0 past a length) and lengths `[B]`."""
+        """Posterior-mean and calibrated unaries `[B, T, V]` (float64, 0 past a length), lengths `[B]`
+        and where each token of the sentences `ids` sits in the padded batch, (sentence, position) `[n]`."""
         lengths = data.lengths[ids]
         tokens = ranges(data.offsets[ids], data.offsets[ids + 1])
         rows = data.rows[tokens].astype(self.dtype)
@@ -73,13 +74,13 @@ class LinearPredictive:
         out = np.zeros((2, B, T, V))
         out[0, sentence, position] = mean
         out[1, sentence, position] = calibrated
-        return out[0], out[1], lengths
+        return out[0], out[1], lengths, (sentence, position)
 
     def batch(self, data, ids, chains: bool = False):
         """(marginals `[B, T, V]`, Viterbi paths `[B, T]`, log p(path | X) `[B]`) of the sentences
         `ids` of `data`, and the predictive's `ChainPosterior` (R = 1) with `chains`, else None —
         what `structured.predict.predict_deterministic` / `predict_with_chains` compute."""
-        mean, calibrated, lengths = self._padded(data, np.asarray(ids))
+        mean, calibrated, lengths, _ = self._padded(data, np.asarray(ids))
         posterior = ChainPosterior(calibrated[None], self.calibrated_pairwise[None], lengths, np.ones(1))
         path = viterbi(mean, self.pairwise, lengths)
         logp = posterior.path_log_probs(path)
@@ -88,12 +89,10 @@ class LinearPredictive:
 
     def log_probs(self, data, ids) -> np.ndarray:
         """log p(labels | X) `[B]` of the labelled sentences `ids` (label ids ≥ 0) under the predictive."""
-        _, calibrated, lengths = self._padded(data, np.asarray(ids))
+        ids = np.asarray(ids)
+        _, calibrated, lengths, where = self._padded(data, ids)
         labels = np.zeros(calibrated.shape[:2], np.int64)
-        tokens = ranges(data.offsets[ids], data.offsets[ids + 1])
-        sentence = np.repeat(np.arange(len(ids)), lengths)
-        labels[sentence, np.arange(len(tokens)) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = \
-            data.label_ids[tokens]
+        labels[where] = data.label_ids[ranges(data.offsets[ids], data.offsets[ids + 1])]
         posterior = ChainPosterior(calibrated[None], self.calibrated_pairwise[None], lengths, np.ones(1))
         return posterior.path_log_probs(labels)
 
