@@ -168,58 +168,11 @@ class Tagger:
         if init is not None:
             raise ConfigError("init (warm start) needs the default training (weight-space linear chain, "
                               f"method laplace); this configuration trains by {method}")
-        from gpseq import _tensorflow
+        from gpseq.training.svi import train_svi
 
-        tf = _tensorflow.load()
-
-        from gpseq.gp.inducing import kmeans_inducing
-        from gpseq.structured.model import build_structured_gp
-
-        dtype = tf.float32 if config.dtype == "float32" else tf.float64
-        inducing = None
-        if config.model.has_inducing:
-            M = min(config.model.num_inducing, data.rows.shape[0])
-            inducing = kmeans_inducing(data.rows, M, seed=tcfg.seed, snap=True)
-            inducing = inducing[0] if isinstance(inducing, tuple) else inducing
-            inducing = inducing.toarray() if sp.issparse(inducing) else np.asarray(inducing)
-        # a sentence longer than a batch may hold is trained as consecutive pieces (memory bounded
-        # by batch_tokens; the transitions across a cut are left out of the likelihood)
-        data = data.cut_long(tcfg.batch_tokens)
-        tf.random.set_seed(tcfg.seed)
-        from gpseq.training.distribute import make_strategy
-
-        strategy = make_strategy(tcfg.strategy, tcfg.devices)  # variables are created in its scope
-        with strategy.scope():
-            model = build_structured_gp(config.model, featurizer.n_features, len(labels), inducing, dtype,
-                                        num_data=len(data), num_samples=tcfg.num_samples)
-        tagger = cls(config, featurizer, labels, model)
-        evaluate = None
-        if dev:
-            dev = list(dev)
-
-            def evaluate():
-                report = tagger.evaluate(dev, mean=True)
-                metrics = report.to_dict()
-                if tcfg.early_stopping == "nll":
-                    return -metrics["token_nll"], metrics
-                f1 = metrics.get("chunk_f1")
-                return (f1 if f1 is not None else metrics["token_accuracy"]), metrics
-
-        from gpseq.training.trainer import Trainer
-
-        trainer = Trainer(model, tcfg, evaluate=evaluate, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
-                          strategy=strategy)
-        state = trainer.fit(data, resume=resume)
-        tagger.scores = {
-            "steps": state.step,
-            "best_dev_score": state.best_score,
-            "best_step": state.best_step,
-            "skipped_steps": state.skipped_steps,
-            "stopped_early": state.stopped_early,
-            "history": state.history,
-            "train_sentences": len(train),
-            "dev_sentences": len(dev or []),
-        }
+        tagger = train_svi(cls, config, featurizer, labels, data, dev, callbacks=callbacks,
+                           checkpoint_dir=checkpoint_dir, resume=resume)
+        tagger.scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
         return tagger
 
     @staticmethod
