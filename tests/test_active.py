@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from gpseq.active import (chain_entropies, chain_scores, chain_token_marginals, combine, mixture_path_log_probs,
-                          sample_paths)
+from gpseq.acquisition import (chain_entropies, chain_scores, chain_token_marginals, combine, mixture_path_log_probs,
+                               sample_paths)
 from gpseq.structured.spans import ChainPosterior
 
 
