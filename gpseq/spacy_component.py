@@ -12,7 +12,7 @@ works without importing gpseq first. What the component writes depends on the mo
 - chunk labels of the model's tag scheme (B-NP, I-PER, …) → `doc.spans[spans_key]` (with
   `attrs["scores"]`), or `doc.ents` when the model's features are the `ner` preset;
 - other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
-  tag or a Penn Treebank tag (mapped by `UPOS_FROM_PTB`).
+  tag or a Penn Treebank tag (mapped by `gpseq.spacy_attributes.UPOS_FROM_PTB`).
 Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
 calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
 predicted span gets `span._.<span_extension>` = P(this exact span | X), the probability that the
@@ -44,27 +44,14 @@ from spacy.util import minibatch
 
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.model_meta import read_model_meta
+from gpseq.spacy_attributes import UPOS_FROM_PTB, annotations_read, upos_tags
+from gpseq.spacy_extensions import register_extensions, store_probabilities, token_distribution, token_probabilities
 from gpseq.writers import doc_spans, set_tags, span_records
 
-TASKS = ("auto", "tag", "spans", "ents")
-_DATA_KEY = "gpseq"  # doc.user_data[("gpseq", extension)] = {"labels": [V], "probs": [N_doc, V]}
-_MODEL_SUBDIR = "model"
+__all__ = ["TASKS", "GpseqComponent", "make_gpseq", "UPOS_FROM_PTB", "token_distribution", "token_probabilities"]
 
-# Penn Treebank → Universal POS (the usual UD conversion; CoNLL-2000 spells brackets "(" ")").
-UPOS_FROM_PTB = {
-    "#": "SYM", "$": "SYM", "''": "PUNCT", "``": "PUNCT", ",": "PUNCT", ".": "PUNCT", ":": "PUNCT",
-    "(": "PUNCT", ")": "PUNCT", "-LRB-": "PUNCT", "-RRB-": "PUNCT", "HYPH": "PUNCT", "NFP": "PUNCT",
-    "AFX": "ADJ", "CC": "CCONJ", "CD": "NUM", "DT": "DET", "EX": "PRON", "FW": "X", "IN": "ADP",
-    "JJ": "ADJ", "JJR": "ADJ", "JJS": "ADJ", "LS": "X", "MD": "AUX", "NN": "NOUN", "NNS": "NOUN",
-    "NNP": "PROPN", "NNPS": "PROPN", "PDT": "DET", "POS": "PART", "PRP": "PRON", "PRP$": "PRON",
-    "RB": "ADV", "RBR": "ADV", "RBS": "ADV", "RP": "ADP", "SYM": "SYM", "TO": "PART", "UH": "INTJ",
-    "VB": "VERB", "VBD": "VERB", "VBG": "VERB", "VBN": "VERB", "VBP": "VERB", "VBZ": "VERB",
-    "WDT": "PRON", "WP": "PRON", "WP$": "PRON", "WRB": "ADV", "ADD": "X", "GW": "X", "XX": "X",
-    "NIL": "X", "-NONE-": "X", "_SP": "SPACE",
-}
-# Token attribute a feature may read → the name `Doc.has_annotation` knows it by.
-_ANNOTATION = {"tag_": "TAG", "tag": "TAG", "pos_": "POS", "pos": "POS", "lemma_": "LEMMA", "lemma": "LEMMA",
-               "dep_": "DEP", "dep": "DEP", "ent_type_": "ENT_IOB", "ent_iob_": "ENT_IOB", "morph": "MORPH"}
+TASKS = ("auto", "tag", "spans", "ents")
+_MODEL_SUBDIR = "model"
 
 
 @Language.factory(
@@ -135,7 +122,7 @@ class GpseqComponent:
         self.set_pos, self.samples, self.mean, self.decode = set_pos, samples, mean, decode
         self.batch_size, self.seed, self.max_tokens = batch_size, seed, max_tokens
         self._tagger = None
-        _register_extensions(extension, span_extension)
+        register_extensions(extension, span_extension)
 
     # ---- the model ------------------------------------------------------------------------------
     @property
@@ -166,27 +153,8 @@ class GpseqComponent:
                 f"gpseq component {self.name!r}: task {task!r} needs chunk labels of scheme "
                 f"{tagger.config.tag_scheme!r}, but the model's labels are e.g. {tagger.labels[:5]}"
             )
-        features = tagger.featurizer.config
-        attributes = []
-        for source in features.sources():
-            attribute = features.column_attributes.get(source, "word" if source == 0 else None) \
-                if isinstance(source, int) else source
-            if attribute is None:
-                raise ModelFormatError(
-                    f"gpseq component {self.name!r}: the model reads corpus column {source}, which has no "
-                    "spaCy token attribute (features.column_attributes); it cannot tag spaCy Docs"
-                )
-            attributes.append(attribute)
-        self._annotations = sorted({_ANNOTATION[a] for a in attributes if a in _ANNOTATION})
-        upos = None
-        if task == "tag" and self.set_pos:
-            from spacy.parts_of_speech import IDS as UPOS_IDS
-
-            if all(label in UPOS_IDS for label in tagger.labels):
-                upos = {label: label for label in tagger.labels}
-            elif all(label in UPOS_FROM_PTB for label in tagger.labels):
-                upos = {label: UPOS_FROM_PTB[label] for label in tagger.labels}
-        self._upos = upos
+        self._annotations = annotations_read(tagger.featurizer.config, self.name)
+        self._upos = upos_tags(tagger.labels) if task == "tag" and self.set_pos else None
         self.task = task
         self._tagger = tagger
 
@@ -269,7 +237,7 @@ class GpseqComponent:
         for doc, p, found, scores in zip(docs, probs, spans, span_scores):
             order = sorted(range(len(found)), key=lambda k: (found[k].start, found[k].end))
             found, scores = [found[k] for k in order], [scores[k] for k in order]
-            doc.user_data[(_DATA_KEY, self.extension)] = {"labels": list(tagger.labels), "probs": p}
+            store_probabilities(doc, self.extension, tagger.labels, p)
             if self.task == "spans":
                 doc.spans[self.spans_key] = found
                 doc.spans[self.spans_key].attrs["scores"] = scores
@@ -377,40 +345,3 @@ def _check_model_dir(model_path: str | None, name: str) -> Path:
         raise ConfigError(f"gpseq component {name!r}: no model (set config model = \"<model dir>\")")
     read_model_meta(model_path)
     return Path(model_path)
-
-
-# ---- extension attributes -------------------------------------------------------------------------
-def token_distribution(token: Token, extension: str = "gpseq_probs") -> dict[str, float] | None:
-    """{label: probability} of `token` written by the component with that `extension` (None if untagged)."""
-    data = token.doc.user_data.get((_DATA_KEY, extension))
-    if data is None:
-        return None
-    row = data["probs"][token.i]
-    if np.isnan(row[0]):
-        return None
-    return {label: float(p) for label, p in zip(data["labels"], row)}
-
-
-def token_probabilities(doc: Doc, extension: str = "gpseq_probs") -> tuple[list[str], np.ndarray] | None:
-    """(labels [V], probabilities [N_doc, V]) written by that component; NaN rows for untagged tokens."""
-    data = doc.user_data.get((_DATA_KEY, extension))
-    return None if data is None else (list(data["labels"]), np.asarray(data["probs"]))
-
-
-def _register_extensions(extension: str, span_extension: str) -> None:
-    """`Token._.<extension>` (a getter over the Doc's stored marginals) and `Span._.<span_extension>`."""
-
-    def getter(token: Token) -> dict[str, float] | None:
-        return token_distribution(token, extension)
-
-    getter.gpseq_extension = extension
-    existing = Token.get_extension(extension)
-    if existing is not None and getattr(existing[2], "gpseq_extension", None) != extension:
-        raise ConfigError(f"Token extension {extension!r} is already set by someone else; choose another 'extension'")
-    if existing is None:
-        Token.set_extension(extension, getter=getter)
-    existing = Span.get_extension(span_extension)
-    if existing is None:
-        Span.set_extension(span_extension, default=None)
-    elif existing[0] is not None:  # (default, method, getter, setter)
-        raise ConfigError(f"Span extension {span_extension!r} is already set by someone else; choose another")
