@@ -49,25 +49,21 @@ the β schedule where it stopped.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import tensorflow as tf
 from gpseq._tfp import tfp
 
-from gpseq.corpora._atomic import atomic_target
 from gpseq.errors import ConfigError, ModelFormatError
-from gpseq.gp.kernels import RBF, Linear
-from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
+from gpseq.gp.gpnet_saved import gpnet_config, load_gpnet, save_gpnet
+from gpseq.gp.likelihoods import Gaussian, Softmax
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.random_features import RandomFeatures
 
 tfd = tfp.distributions
 
 SPREADS = ("gaussian", "uniform", "none")
-FORMAT = "gpseq.gpnet"
-FORMAT_VERSION = 1
 
 
 def beta_schedule(step, beta0: float = 1.0, decay: float = 1.0):
@@ -333,31 +329,10 @@ class GPNet(tf.Module):
             - tf.reduce_sum(tfd.kl_divergence(q_b, prior_b))
         return network_loss - bound
 
-    # ---- persistence as plain arrays -------------------------------------------------------------
+    # ---- persistence as plain arrays (`gpseq.gp.gpnet_saved`) ------------------------------------
     def config(self) -> dict:
         """What rebuilds the model's structure (its values are in `get_state`)."""
-        kernel = {"kind": "rbf", "ard": bool(self.kernel.ard)} if isinstance(self.kernel, RBF) else {"kind": "linear"}
-        if not isinstance(self.kernel, (RBF, Linear)):
-            raise ConfigError(f"GPNet saves RBF and linear prior kernels, not {type(self.kernel).__name__}")
-        lik = self.likelihood
-        if isinstance(lik, Gaussian):
-            likelihood = {"kind": "gaussian"}
-        elif isinstance(lik, Bernoulli):
-            likelihood = {"kind": "bernoulli", "link": lik.link}
-        elif isinstance(lik, Softmax):
-            likelihood = {"kind": "softmax", "num_classes": lik.num_classes, "num_samples": lik.num_samples}
-        else:
-            raise ConfigError(f"GPNet saves Gaussian, Bernoulli and Softmax likelihoods, not {type(lik).__name__}")
-        return {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "input_dim": self.input_dim,
-            "kernel": kernel, "likelihood": likelihood,
-            "features": {"kind": self.features.kind, "num_features": self.features.num_features,
-                         "ard": bool(self.features.ard)},
-            "num_data": self.num_data, "num_latent": self.num_latent, "num_measurement": self.num_measurement,
-            "spread": self.spread, "spread_scale": self.spread_scale, "full_cov": self.full_cov,
-            "residual_hidden": self.residual_hidden, "beta0": self.beta0, "beta_decay": self.beta_decay,
-            "learn_hyperparameters": self.learn_hyperparameters, "jitter": self.jitter,
-        }
+        return gpnet_config(self)
 
     def _variables_by_name(self) -> dict[str, tf.Variable]:
         found = self._flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)
@@ -380,40 +355,9 @@ class GPNet(tf.Module):
 
     def save(self, path: str | os.PathLike) -> None:
         """One `.npz` of plain arrays (no pickle), written atomically: the state and the config as JSON."""
-        arrays = {"state/" + name: value for name, value in self.get_state().items()}
-        arrays["config"] = np.asarray(json.dumps(self.config()))
-        with atomic_target(path) as temp, open(temp, "wb") as handle:
-            np.savez(handle, **arrays)
+        save_gpnet(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, inputs=None) -> "GPNet":
         """The model `save` wrote (pass the training `inputs` to train it further)."""
-        with np.load(path, allow_pickle=False) as data:
-            if "config" not in data:
-                raise ModelFormatError(f"{path}: not a saved GPNet (no config array)")
-            config = json.loads(str(data["config"]))
-            state = {name[len("state/"):]: data[name] for name in data.files if name.startswith("state/")}
-        if config.get("format") != FORMAT or config.get("format_version", 0) > FORMAT_VERSION:
-            raise ModelFormatError(f"{path}: not a GPNet file this gpseq reads ({config.get('format')!r}, "
-                                   f"version {config.get('format_version')})")
-        D = config["input_dim"]
-        kernel = RBF(ard=config["kernel"]["ard"], lengthscales=np.ones(D) if config["kernel"]["ard"] else 1.0) \
-            if config["kernel"]["kind"] == "rbf" else Linear()
-        lik = config["likelihood"]
-        if lik["kind"] == "gaussian":
-            likelihood = Gaussian()
-        elif lik["kind"] == "bernoulli":
-            likelihood = Bernoulli(lik["link"])
-        else:
-            likelihood = Softmax(lik["num_classes"], num_samples=lik["num_samples"])
-        feat = config["features"]
-        features = RandomFeatures(D, feat["num_features"], feat["kind"], ard=feat["ard"],
-                                  lengthscales=np.ones(D) if feat["ard"] else 1.0)
-        model = cls(kernel, likelihood, inputs, num_data=config["num_data"], features=features, input_dim=D,
-                    num_latent=config["num_latent"], num_measurement=config["num_measurement"],
-                    spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
-                    residual_hidden=config["residual_hidden"], beta0=config["beta0"],
-                    beta_decay=config["beta_decay"], learn_hyperparameters=config["learn_hyperparameters"],
-                    jitter=config["jitter"])
-        model.set_state(state)
-        return model
+        return load_gpnet(cls, path, inputs)
