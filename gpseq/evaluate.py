@@ -1,6 +1,7 @@
 """The evaluation report: token accuracy, conlleval chunk P/R/F1, NLL, expected calibration error,
 Brier, selective prediction (risk–coverage: AURC, error at 90 % coverage); reliability plots.
-The metric functions themselves are in `gpseq/metrics.py` (re-exported here).
+The metric functions themselves are in `gpseq/metrics.py`, the plot in `gpseq/reliability.py`
+(both re-exported here).
 
 Calibration and selective prediction are measured on what the user gets: a token's confidence
 is the probability its marginals give to the *returned* label (`predicted`, e.g. the Viterbi
@@ -26,69 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
-from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme
 from gpseq.corpora.types import UNLABELLED
 from gpseq.errors import ConfigError, GpseqError, NumericalError
 from gpseq.metrics import (ChunkScore, ChunkScores, aurc, brier_score, calibration_bins, check_lengths, chunk_scores,
                            expected_calibration_error, risk_coverage, selective_error)
+from gpseq.reliability import from_bins, reliability_diagram
 
 __all__ = ["DEFAULT_EPS", "ChunkScore", "ChunkScores", "EvaluationReport", "aurc", "brier_score", "calibration_bins",
            "chunk_scores", "evaluate", "expected_calibration_error", "reliability_diagram", "risk_coverage",
            "selective_error"]
 
 DEFAULT_EPS = 1e-12
-
-
-def reliability_diagram(
-    confidence: np.ndarray,
-    correct: np.ndarray,
-    path: str | os.PathLike,
-    n_bins: int = 15,
-    title: str | None = None,
-    unit: str = "tokens",
-) -> Path:
-    """Write a reliability diagram PNG (accuracy per confidence bin against the diagonal, histogram of
-    the items: `unit` names them, e.g. "spans" for predicted entities).
-
-    confidence, correct: [N]. Written atomically; returns the path.
-    """
-    from matplotlib.figure import Figure  # no pyplot: the Agg canvas is used, no global backend state
-
-    counts, mean_confidence, accuracy = calibration_bins(confidence, correct, n_bins)
-    ece = expected_calibration_error(confidence, correct, n_bins)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    width = 1.0 / n_bins
-    figure = Figure(figsize=(5, 6), layout="constrained")
-    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 1])
-    filled = counts > 0
-    top.bar(
-        edges[:-1][filled], accuracy[filled], width=width, align="edge", edgecolor="black", label="accuracy"
-    )
-    top.bar(
-        edges[:-1][filled],
-        (mean_confidence - accuracy)[filled],
-        bottom=accuracy[filled],
-        width=width,
-        align="edge",
-        color="tab:red",
-        alpha=0.3,
-        label="gap to confidence",
-    )
-    top.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
-    top.set_ylabel("accuracy")
-    top.set_xlim(0, 1)
-    top.set_ylim(0, 1)
-    top.legend(loc="upper left")
-    top.set_title(f"{title + ': ' if title else ''}ECE {ece:.4f} ({n_bins} bins, {int(counts.sum())} {unit})")
-    bottom.bar(edges[:-1], counts, width=width, align="edge", edgecolor="black", color="grey")
-    bottom.set_yscale("log" if counts.max(initial=0) > 0 else "linear")
-    bottom.set_xlabel("confidence")
-    bottom.set_ylabel(unit)
-    path = Path(path)
-    with atomic_target(path) as temp:
-        figure.savefig(temp, format="png", dpi=100)
-    return path
 
 
 @dataclass
@@ -156,14 +106,14 @@ class EvaluationReport:
         marked correct: the same bins, bars, token counts and ECE as the per-token arrays give."""
         if not self.calibration:
             raise GpseqError("no calibration bins in the evaluation report: nothing to plot")
-        return reliability_diagram(*_from_bins(self.calibration), path, n_bins=n_bins)
+        return reliability_diagram(*from_bins(self.calibration), path, n_bins=n_bins)
 
     def entity_reliability_diagram(self, path: str | os.PathLike, n_bins: int = 15) -> Path:
         """The reliability diagram of the predicted spans (correct = a gold span with the same type,
         start and end) from the report's per-bin counts, as `reliability_diagram`."""
         if not self.entity_calibration:
             raise GpseqError("no entity calibration in the evaluation report (no chunk labels or span probabilities)")
-        return reliability_diagram(*_from_bins(self.entity_calibration), path, n_bins=n_bins, title="entities",
+        return reliability_diagram(*from_bins(self.entity_calibration), path, n_bins=n_bins, title="entities",
                                    unit="spans")
 
     def risk_coverage_plot(self, path: str | os.PathLike) -> Path:
@@ -192,18 +142,6 @@ class EvaluationReport:
             )
         return "\n".join(lines)
 
-
-def _from_bins(calibration: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(confidence, correct) arrays with the given per-bin counts, mean confidences and accuracies: bin b's
-    n_b items get its mean confidence and round(n_b · accuracy_b) of them are correct (same bins and ECE)."""
-    confidence, correct = [], []
-    for count, mean_confidence, accuracy in zip(calibration["counts"], calibration["confidence"],
-                                                calibration["accuracy"]):
-        if not count:
-            continue
-        confidence.append(np.full(count, mean_confidence))
-        correct.append(np.arange(count) < int(round(count * accuracy)))
-    return np.concatenate(confidence), np.concatenate(correct)
 
 
 def evaluate(
