@@ -15,8 +15,6 @@ what gpseq wrote.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -24,22 +22,19 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from gpseq import __version__
 from gpseq.config import TaggerConfig, check_window
 from gpseq.corpora.types import UNLABELLED, Sentence
-from gpseq.errors import ConfigError, GpseqError, ModelFormatError
+from gpseq.errors import ConfigError, GpseqError
 from gpseq.features import Featurizer
-from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing_model_dir
-from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_arrays, check_meta_shapes, json_default,
-                              read_model_meta)
 from gpseq.prediction import Predictor
+from gpseq.tagger_saved import build_model, read_tagger, write_tagger
 from gpseq.tagging import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
 from gpseq.training.batching import UNKNOWN_LABEL_ID, UNLABELLED_ID, SequenceData
 from gpseq.training.config import Progress
 
 __all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives in gpseq.tagging
 
-log = logging.getLogger("gpseq")
+
 def _as_sentences(sentences: Iterable) -> list[Sentence]:
     out = []
     for sentence in sentences:
@@ -70,7 +65,7 @@ class Tagger:
     def model(self):
         """The `StructuredGP` (built from the trained arrays on first use)."""
         if self._model is None:
-            self._model = _build_model(self.config, self.featurizer.n_features, len(self.labels), self._state)
+            self._model = build_model(self.config, self.featurizer.n_features, len(self.labels), self._state)
             self._state = None
         return self._model
 
@@ -351,25 +346,8 @@ class Tagger:
         again immediately before the replace, so files put there meanwhile are never deleted
         (`OutputError` instead). Temporaries of saves that were killed are removed; the
         directory and its files get the permissions of the umask."""
-        directory = Path(directory)
-        with writing_model_dir(directory) as tmp:
-            self.featurizer.save(tmp / "features")
-            arrays = self._state if self._state is not None else self.model.get_state()
-            np.savez_compressed(tmp / "arrays.npz", **arrays)
-            meta = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "gpseq_version": __version__,
-                "labels": self.labels,
-                "num_features": int(self.featurizer.n_features),
-                "config": self.config.to_dict(),
-                "scores": self.scores,
-                "arrays": {name: list(value.shape) for name, value in arrays.items()},
-                "files": file_manifest(tmp),
-            }
-            with open(tmp / META_FILE, "w", encoding="utf-8") as handle:
-                json.dump(meta, handle, indent=2, default=json_default)
-        return directory
+        arrays = self._state if self._state is not None else self.model.get_state()
+        return write_tagger(directory, self.config, self.featurizer, self.labels, arrays, self.scores)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Tagger":
@@ -379,35 +357,4 @@ class Tagger:
         manifest (size and sha256, when there is one), the arrays (a missing, empty, truncated
         or non-npz arrays.npz), and the metadata against the arrays and the featurizer (label
         count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
-        directory = Path(directory)
-        meta_path = directory / META_FILE
-        meta = read_model_meta(directory)
-        if "files" in meta:
-            verify_manifest(directory, meta_path, meta["files"])
-        try:
-            config = TaggerConfig.from_dict(meta["config"])
-            config.validate()
-        except KeyError:
-            raise ModelFormatError(f"{meta_path}: no model configuration (key 'config')") from None
-        except (ConfigError, TypeError, AttributeError, ValueError) as error:
-            raise ModelFormatError(f"{meta_path}: invalid model configuration ({error})") from None
-        check_meta_shapes(meta_path, meta, config.model)
-        featurizer = Featurizer.load(directory / "features")
-        arrays = read_arrays(directory / "arrays.npz")
-        check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer.n_features, config.model)
-        return cls(config, featurizer, meta["labels"], arrays, meta.get("scores"))  # the model: built on first use
-
-
-def _build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays: dict):
-    """The `StructuredGP` of `config` holding `arrays` (`StructuredGP.get_state` names)."""
-    from gpseq import _tensorflow
-
-    tf = _tensorflow.load()
-
-    from gpseq.structured.model import StructuredGP, build_structured_gp
-
-    dtype = tf.float32 if config.dtype == "float32" else tf.float64
-    model = build_structured_gp(config.model, num_features, num_labels, StructuredGP.inducing_from_state(arrays),
-                                dtype)
-    model.set_state(arrays)
-    return model
+        return cls(*read_tagger(directory))  # the model: built on first use
