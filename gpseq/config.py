@@ -62,7 +62,8 @@ class TaggerConfig:
 
     def resolved_method(self) -> str:
         """The training method: `training.method`, with "auto" = laplace for the weight-space
-        linear model with the exact chain likelihood, svi otherwise."""
+        linear model with the exact chain likelihood, svi otherwise (every other likelihood,
+        plug-ins included)."""
         if self.training.method != "auto":
             return self.training.method
         m = self.model
@@ -74,6 +75,9 @@ class TaggerConfig:
         if self.training.method == "laplace" and (self.model.kernel != "linear" or self.model.unary != "shallow"):
             raise ConfigError('training.method "laplace" needs model.kernel "linear" with shallow unaries; '
                               'use training.method "svi" for other models')
+        if self.training.method == "laplace" and self.model.likelihood != "exact":
+            raise ConfigError(f'training.method "laplace" fits the exact chain, not likelihood '
+                              f'{self.model.likelihood!r}; use training.method "svi" for other likelihoods')
         self.training.validate()
         if self.decode not in ("viterbi", "max-marginal", "span-f1"):
             raise ConfigError(f"decode must be viterbi, max-marginal or span-f1, got {self.decode!r}")

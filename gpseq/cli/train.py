@@ -27,6 +27,8 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
   gpseq train train.txt -o runs/chunk --resume   # continues from runs/chunk.ckpt
   gpseq train train1.conll -o runs/r1 --init runs/r0   # warm start (active learning)
   gpseq train partial.conll -o runs/p   # tokens labelled ? are marginalised
+  gpseq train train.conll -o runs/plug --likelihood mypkg.chain:log_likelihood \
+      --set model.estimator=score   # a NumPy likelihood (README, Likelihoods)
 
 """ + EXIT_CODES
 
@@ -76,7 +78,7 @@ def train(
     dev: Annotated[Optional[Path], typer.Option(help="Labelled dev corpus for early stopping (default: a held-out slice of train, training.dev_fraction).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TaggerConfig JSON (keys features, model, training, tag_scheme, …), e.g. a model's tagger.json 'config'.")] = None,
     features: Annotated[Optional[str], typer.Option(help="Feature preset (chunking, ner, pos, segmentation) or a CRF++ template file.")] = None,
-    likelihood: Annotated[Optional[str], typer.Option(help="exact (linear chain) or pseudo (piecewise pseudo-likelihood).")] = None,
+    likelihood: Annotated[Optional[str], typer.Option(help="exact (linear chain), pseudo (piecewise pseudo-likelihood), or a plug-in: a NumPy function package.module:function or a name registered under the entry-point group gpseq_likelihoods (needs --set model.estimator=score; saved with the model by name).")] = None,
     inducing: Annotated[Optional[int], typer.Option(help="Add the sparse RBF GP with M inducing inputs (kernel linear+rbf, trained by SVI).")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Passes over the training corpus.")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (caps --epochs).")] = None,

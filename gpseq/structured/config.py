@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from gpseq.errors import ConfigError
-from gpseq.structured.likelihoods import LIKELIHOODS
+from gpseq.structured.likelihoods import LIKELIHOODS  # noqa: F401  (re-exported: the built-in names)
+from gpseq.structured.likelihoods import check_estimator, likelihood_by_name
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")
@@ -17,7 +18,9 @@ class ModelConfig:
     """The structured GP model (saved with the tagger)."""
 
     kernel: str = "linear"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
-    likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood
+    likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood | a plug-in:
+    # "package.module:function" or a name registered under the entry-point group gpseq_likelihoods
+    # (`gpseq.structured.likelihoods.likelihood_by_name`; its code must be importable to train or load)
     estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
     num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
     num_components: int = 1  # K, mixture components of q(u) (seed eq. 13)
@@ -42,12 +45,12 @@ class ModelConfig:
         for name, value, allowed in (
             ("unary", self.unary, ("shallow", "deep")),
             ("kernel", self.kernel, KERNELS),
-            ("likelihood", self.likelihood, LIKELIHOODS),
             ("estimator", self.estimator, ESTIMATORS),
             ("rbf_conditional", self.rbf_conditional, ("full", "diag")),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        check_estimator(likelihood_by_name(self.likelihood), self.estimator)  # imports a plug-in's module
         if self.num_components < 1:
             raise ConfigError(f"num_components must be >= 1, got {self.num_components}")
 

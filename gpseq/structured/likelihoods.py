@@ -6,16 +6,27 @@ only the score-function estimator trains a likelihood that is not) and
     log_prob(labels [B, T], unary [..., B, T, V], pairwise [..., V, V], lengths [B]) → [..., B]
 
 The inference engine (`gpseq.structured.model.StructuredGP`) only ever calls `log_prob`: a new
-likelihood plugs in without touching it (seed §1, §5). TensorFlow is imported when a likelihood is
-evaluated, not with this module: `LIKELIHOODS` names the choices of the TensorFlow-free
-`ModelConfig`.
+likelihood plugs in without touching it (seed §1, §5). `likelihood_by_name` maps the name saved in
+`ModelConfig.likelihood` to an object: a built-in of `LIKELIHOODS`, a user's plain Python/NumPy
+function named `package.module:function`, or a name registered under the entry-point group
+`gpseq_likelihoods` (whose value is such a function); a function becomes a `BlackBoxLikelihood`.
+TensorFlow is imported when a likelihood is evaluated, not with this module, so the
+TensorFlow-free `ModelConfig` resolves its likelihood when it is validated.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import re
 from typing import Callable
 
+import numpy as np
+
 from gpseq.errors import ConfigError
+
+ENTRY_POINT_GROUP = "gpseq_likelihoods"
+_FUNCTION_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 class ExactChain:
@@ -45,8 +56,9 @@ class PiecewisePseudoLikelihood:
 
 class BlackBoxLikelihood:
     """A log-likelihood given as a plain Python/NumPy `function(labels, unary, pairwise, lengths) →
-    [..., B]` on NumPy arrays: evaluated only, never differentiated (train it with the score-function
-    estimator, seed §5.2)."""
+    [..., B]` on NumPy arrays (the shapes of `log_prob`; its result is cast to the potentials'
+    dtype): evaluated only, never differentiated (train it with the score-function estimator, seed
+    §5.2)."""
 
     differentiable = False
 
@@ -57,7 +69,12 @@ class BlackBoxLikelihood:
     def log_prob(self, labels, unary, pairwise, lengths):
         import tensorflow as tf
 
-        out = tf.numpy_function(self.function, [labels, unary, pairwise, lengths], unary.dtype, stateful=False)
+        dtype = unary.dtype.as_numpy_dtype
+
+        def evaluate(*arrays):
+            return np.asarray(self.function(*arrays), dtype=dtype)
+
+        out = tf.numpy_function(evaluate, [labels, unary, pairwise, lengths], unary.dtype, stateful=False)
         return tf.ensure_shape(out, unary.shape[:-2])
 
 
@@ -65,7 +82,60 @@ LIKELIHOODS = {"exact": ExactChain, "pseudo": PiecewisePseudoLikelihood}
 
 
 def likelihood_by_name(name: str):
-    """The built-in likelihood called `name` (a key of LIKELIHOODS)."""
-    if name not in LIKELIHOODS:
-        raise ConfigError(f"likelihood must be one of {', '.join(LIKELIHOODS)}; got {name!r}")
-    return LIKELIHOODS[name]()
+    """The likelihood called `name`: a key of LIKELIHOODS, `package.module:function` or a name
+    registered under the entry-point group `gpseq_likelihoods`; a plug-in function is wrapped in a
+    `BlackBoxLikelihood` of that name. A one-line ConfigError when the name is none of these or its
+    code cannot be imported."""
+    if isinstance(name, str) and name in LIKELIHOODS:
+        return LIKELIHOODS[name]()
+    if isinstance(name, str) and _FUNCTION_PATH.fullmatch(name):
+        return BlackBoxLikelihood(_import_function(name), name=name)
+    entry_point = _registered(name) if isinstance(name, str) else None
+    if entry_point is None:
+        raise ConfigError(f"likelihood must be {', '.join(LIKELIHOODS)}, a 'package.module:function' or a name "
+                          f"registered under the entry-point group {ENTRY_POINT_GROUP}; got {name!r}")
+    return BlackBoxLikelihood(_import_function(entry_point.value, name), name=name)
+
+
+def check_estimator(likelihood, estimator: str) -> None:
+    """ConfigError when the pathwise estimator would differentiate a likelihood that cannot be."""
+    if estimator == "pathwise" and not likelihood.differentiable:
+        raise ConfigError(f"likelihood {likelihood.name!r} cannot be differentiated: train it with "
+                          'estimator="score" (gpseq train --set model.estimator=score)')
+
+
+def _registered(name: str):
+    """The entry point called `name` in the group `gpseq_likelihoods`, or None."""
+    found = [entry for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry.name == name]
+    return found[0] if found else None
+
+
+def _import_function(path: str, name: str | None = None) -> Callable:
+    """The callable at `package.module:function` (the likelihood `name`, default the path itself)."""
+    name = name or path
+    if not _FUNCTION_PATH.fullmatch(path):
+        raise ConfigError(f"likelihood {name!r}: {path!r} is not of the form 'package.module:function'")
+    module_name, attributes = path.split(":")
+    try:
+        target = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name in _parents(module_name):  # the module itself or a package above it is absent
+            raise ConfigError(f"likelihood {name!r} needs the Python module {module_name!r}, which is not "
+                              "installed: install the package that provides it or put it on PYTHONPATH") from None
+        raise ConfigError(f"likelihood {name!r}: importing {module_name!r} failed: {error}") from None
+    except Exception as error:  # the user's module raised while it was imported
+        raise ConfigError(f"likelihood {name!r}: importing {module_name!r} failed: "
+                          f"{type(error).__name__}: {error}") from None
+    for attribute in attributes.split("."):
+        if not hasattr(target, attribute):
+            raise ConfigError(f"likelihood {name!r}: module {module_name!r} has no {attributes!r}")
+        target = getattr(target, attribute)
+    if not callable(target):
+        raise ConfigError(f"likelihood {name!r}: {path!r} is not a function")
+    return target
+
+
+def _parents(module_name: str) -> set[str]:
+    """"a.b.c" → {"a", "a.b", "a.b.c"}."""
+    parts = module_name.split(".")
+    return {".".join(parts[: i + 1]) for i in range(len(parts))}

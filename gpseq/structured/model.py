@@ -22,7 +22,7 @@ from gpseq.gp.kernels import RBF, Linear
 from gpseq.gp.weight_space import WeightSpaceLinear
 from gpseq.structured.config import ESTIMATORS, KERNELS, ModelConfig  # noqa: F401  (re-exported)
 from gpseq.structured.estimators import DEFAULT_SAMPLES, score_function_ell
-from gpseq.structured.likelihoods import likelihood_by_name
+from gpseq.structured.likelihoods import check_estimator, likelihood_by_name
 from gpseq.structured.unaries import GaussianPairwise, SparseGPUnaries, Unaries
 
 # arrays.npz names of the parts' variables (the model format, older than the model's composition):
@@ -47,9 +47,7 @@ class StructuredGP(tf.Module):
         super().__init__(name="structured_gp")
         if estimator not in ESTIMATORS:
             raise ConfigError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
-        if estimator == "pathwise" and not likelihood.differentiable:
-            raise ConfigError(f"likelihood {likelihood.name!r} cannot be differentiated: train it with "
-                              'estimator="score"')
+        check_estimator(likelihood, estimator)
         self.unaries, self.pairwise, self.likelihood = unaries, pairwise, likelihood
         self.estimator, self.num_data = estimator, num_data
         self.num_samples = DEFAULT_SAMPLES[estimator] if num_samples is None else int(num_samples)
@@ -79,9 +77,7 @@ class StructuredGP(tf.Module):
         """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] over the batch, by Monte Carlo (seed eqs. 8, 19)."""
         if self.estimator == "score":
             return score_function_ell(self, batch, num_samples, seed)
-        if not self.likelihood.differentiable:  # e.g. a likelihood swapped in after the model was built
-            raise ConfigError(f"likelihood {self.likelihood.name!r} cannot be differentiated: train it with "
-                              'estimator="score"')
+        check_estimator(self.likelihood, self.estimator)  # e.g. a likelihood swapped into a built model
         unary, pairwise = self.sample_potentials(batch, num_samples, seed)
         ll = self.likelihood.log_prob(batch["labels"], unary, pairwise, batch["lengths"])  # [K, S, B]
         per_component = tf.reduce_mean(tf.reduce_sum(ll, -1), axis=1)  # [K]
