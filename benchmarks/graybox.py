@@ -1,9 +1,22 @@
-"""Gray-box likelihoods (issue 18), part (b): training from partial annotation on CoNLL-2000.
+"""Gray-box inference (issue 18) on CoNLL-2000 chunking: (a) the score-function vs the pathwise
+estimator after the same wall time, (b) training from partial annotation.
 
-    python benchmarks/graybox.py [--json OUT] [--quick] [--workdir DIR]
+    python benchmarks/graybox.py [--json OUT] [--parts a b] [--budget SECONDS] [--quick] [--workdir DIR]
 
-CoNLL-2000 chunking, train.txt → test.txt, the `chunking` feature preset. Two annotation regimes
-of the training file, both seeded:
+Both parts: train.txt → test.txt, the `chunking` feature preset.
+
+Part (a), `estimators/...`: the SVI model of `gpseq train --inducing 64` (kernel linear+rbf, M = 64,
+the other settings defaults: batch 32, learning rate 0.02) with each estimator at its default
+sample count (pathwise 1, score 16 draws per sentence), trained on every training sentence (no
+dev split, no early stopping) for as many steps as fit in `--budget` seconds of training steps:
+each estimator's seconds per step are measured first on a short run (steps 6–30), then the run of
+budget / (seconds per step) steps is timed and scored on test.txt (chunk F1, token NLL with the
+default predictive). Then, on the trained score-function model and a seeded batch of 32 training
+sentences, the summed per-element variance of the expected-log-likelihood gradient over every
+trainable variable across 50 seeded draws, with and without the control variates (seed §5.2),
+and its ratio.
+
+Part (b), `partial/...`: two annotation regimes of the training file, both seeded:
 - `random50`: each training token's label hidden (`?`) with probability 0.5;
 - `np_vp`: only the labels of the NP and VP chunks kept (whole chunks: their B- and I- tokens);
   every other token (O, PP, ADJP, …) `?`.
@@ -25,8 +38,9 @@ over the test tokens inside NP and VP chunks. For reference, every label shown: 
 `benchmarks/versus_crf.py` (RESULTS.md) or `--reference` here.
 
 --quick: the first 1,000 training and 300 test sentences (a smoke run; never commit its figures).
-Output: a table, and with --json a flat JSON object `partial/<regime>/<system>/<metric>`,
-`partial/<regime>/data/...` and `meta/...`.
+Output: tables, and with --json a flat JSON object `estimators/<estimator>/<metric>`,
+`estimators/variance/...`, `partial/<regime>/<system>/<metric>`, `partial/<regime>/data/...` and
+`meta/...`.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ from gpseq.corpora import UNLABELLED, Sentence, read_conll, split_label, write_c
 from gpseq.evaluate import evaluate  # noqa: E402
 
 HIDDEN_SHARE, SEED = 0.5, 0
+BUDGET_S, CALIBRATION_STEPS, VARIANCE_DRAWS, VARIANCE_BATCH = 600.0, 30, 50, 32
 KEPT_TYPES = ("NP", "VP")
 QUICK_TRAIN, QUICK_TEST = 1000, 300
 REPORTED = ("chunk_f1", "token_nll", "token_accuracy", "train_s", "train_sentences", "labelled_tokens")
@@ -184,6 +199,114 @@ def run_regime(regime: str, train: list[Sentence], test: list[Sentence], workdir
     return out
 
 
+# ---- part (a): the score-function vs the pathwise estimator ---------------------------------------
+class StepClock:
+    """A trainer callback: wall and CPU time after every training step."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    def __call__(self, progress) -> None:
+        if progress.event == "step":
+            self.wall.append(time.perf_counter())
+            self.cpu.append(time.process_time())
+
+
+def estimator_config(estimator: str, max_steps: int):
+    """`gpseq train --inducing 64` with `estimator` (default draws), every sentence, `max_steps` steps."""
+    from gpseq.config import TaggerConfig
+    from gpseq.features import get_preset
+    from gpseq.structured.config import ModelConfig
+    from gpseq.training.config import TrainingConfig
+
+    return TaggerConfig(features=get_preset("chunking"), model=ModelConfig(kernel="linear+rbf", estimator=estimator),
+                        training=TrainingConfig(method="svi", epochs=10**6, max_steps=max_steps, dev_fraction=0.0,
+                                                early_stopping="none", checkpoint_every=0))
+
+
+def run_estimator(estimator: str, train: list[Sentence], test: list[Sentence], budget_s: float):
+    """(figures, tagger) of `estimator` trained for `budget_s` seconds of steps (module docstring)."""
+    from gpseq.tagger import Tagger
+
+    clock = StepClock()
+    Tagger.train(train, estimator_config(estimator, CALIBRATION_STEPS), callbacks=[clock])
+    step_s = float(np.median(np.diff(clock.wall[5:])))
+    steps = max(2, int(budget_s / step_s))
+    print(f"  {estimator}: {1000 * step_s:.0f} ms / step → {steps} steps", flush=True)
+    clock = StepClock()
+    tagger = Tagger.train(train, estimator_config(estimator, steps), callbacks=[clock])
+    tagged = tagger.tag(test)
+    out = score(test, [t.labels for t in tagged], [t.probabilities for t in tagged], tagger.labels, "full")
+    per_step = (clock.wall[-1] - clock.wall[0]) / (len(clock.wall) - 1)
+    return {**out, "num_samples": tagger.model.num_samples, "steps": steps, "calibrated_step_ms": 1000 * step_s,
+            "step_ms": 1000 * per_step, "train_steps_wall_s": per_step * len(clock.wall),
+            "train_steps_cpu_s": (clock.cpu[-1] - clock.cpu[0]) * len(clock.cpu) / (len(clock.cpu) - 1),
+            "epochs": steps * estimator_config(estimator, 1).training.batch_size / len(train)}, tagger
+
+
+def gradient_variance(tagger, sentences: list[Sentence], draws: int) -> dict:
+    """Summed per-element variance of the score-function ELL gradient over `draws` seeded draws,
+    with and without control variates, on one batch of `sentences` (the model's sample count)."""
+    import tensorflow as tf
+
+    from gpseq.structured.estimators import score_function_ell
+    from gpseq.tagger import Tagger
+    from gpseq.training.batching import make_batch
+
+    model = tagger.model
+    data = Tagger._sequence_data(tagger.featurizer, sentences, {label: i for i, label in enumerate(tagger.labels)})
+    batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, np.arange(len(sentences))).items()}
+    out = {}
+    for name, use_cv in (("with_cv", True), ("without_cv", False)):
+        @tf.function
+        def gradient(seed):
+            with tf.GradientTape() as tape:
+                ell = score_function_ell(model, batch, model.num_samples, seed, use_cv)
+            grads = tape.gradient(ell, model.trainable_variables)
+            return tf.concat([tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads], 0)
+
+        total = squares = 0.0
+        for draw in range(draws):  # running moments: the flat gradient has D·V elements
+            g = gradient(tf.constant([draw, 7])).numpy().astype(np.float64)
+            total, squares = total + g, squares + g * g
+        out[name] = float(((squares - total * total / draws) / (draws - 1)).sum())
+    out["ratio"] = out["without_cv"] / out["with_cv"]
+    out.update(draws=draws, batch_sentences=len(sentences), num_samples=model.num_samples)
+    return out
+
+
+def run_estimators(train: list[Sentence], test: list[Sentence], budget_s: float) -> dict:
+    """Part (a): both estimators after the same training time, and the control variates' effect."""
+    results, taggers = {}, {}
+    for estimator in ("pathwise", "score"):
+        results[estimator], taggers[estimator] = run_estimator(estimator, train, test, budget_s)
+    chosen = np.random.default_rng(SEED).choice(len(train), VARIANCE_BATCH, replace=False)
+    variance = gradient_variance(taggers["score"], [train[i] for i in sorted(chosen)], VARIANCE_DRAWS)
+    print(f"  variance without / with control variates: {variance['ratio']:.1f}×", flush=True)
+    out = {f"estimators/{system}/{key}": value for system, values in {**results, "variance": variance}.items()
+           for key, value in values.items()}
+    out["estimators/budget_s"] = budget_s
+    out["estimators/score_minus_pathwise_f1"] = results["score"]["chunk_f1"] - results["pathwise"]["chunk_f1"]
+    out["estimators/score_over_pathwise_nll"] = results["score"]["token_nll"] / results["pathwise"]["token_nll"]
+    return out
+
+
+def estimator_table(results: dict) -> str:
+    lines = ["| estimator | draws | steps | epochs | ms / step | training s (wall / CPU) | chunk F1 | token NLL |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for system in ("pathwise", "score"):
+        r = {key.split("/")[-1]: value for key, value in results.items() if key.startswith(f"estimators/{system}/")}
+        lines.append(f"| {system} | {r['num_samples']} | {r['steps']:,} | {r['epochs']:.1f} | {r['step_ms']:.0f} "
+                     f"| {r['train_steps_wall_s']:.0f} / {r['train_steps_cpu_s']:.0f} | {r['chunk_f1']:.4f} "
+                     f"| {r['token_nll']:.4f} |")
+    v = {key.split("/")[-1]: value for key, value in results.items() if key.startswith("estimators/variance/")}
+    lines.append(f"\nscore-function gradient variance, summed over every trainable variable ({v['draws']} draws, "
+                 f"{v['batch_sentences']} sentences, S = {v['num_samples']}): {v['without_cv']:.4g} without / "
+                 f"{v['with_cv']:.4g} with control variates = {v['ratio']:.1f}×")
+    return "\n".join(lines)
+
+
+# ---- output ------------------------------------------------------------------------------------
 def table(results: dict) -> str:
     lines = ["| regime | system | train sentences | labelled tokens | chunk F1 | token NLL | train s |",
              "|---|---|---|---|---|---|---|"]
@@ -209,6 +332,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"first {QUICK_TRAIN} train / {QUICK_TEST} test sentences")
     parser.add_argument("--workdir", type=Path, help="keep the CRFsuite files here (default: a temporary directory)")
     parser.add_argument("--reference", action="store_true", help="also train gpseq on every label (the upper bound)")
+    parser.add_argument("--parts", nargs="+", choices=("a", "b"), default=["a", "b"],
+                        help="(a) score-function vs pathwise estimator, (b) partial annotation")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="part (a): seconds of training steps each")
     args = parser.parse_args()
     if args.quick and args.json is not None:
         refuse_tracked(args.json)
@@ -221,7 +347,10 @@ def main() -> None:
     started = time.perf_counter()
     results: dict = {}
     try:
-        for regime in ("random50", "np_vp"):
+        if "a" in args.parts:
+            print(f"estimators: {args.budget:.0f} s of training steps each", flush=True)
+            results.update(run_estimators(train, test, args.budget))
+        for regime in ("random50", "np_vp") if "b" in args.parts else ():
             results.update(run_regime(regime, train, test, workdir))
         if args.reference:
             reference = run_gpseq(train, test, "random50")
@@ -232,7 +361,10 @@ def main() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
     results.update(run_meta("graybox.py", args.quick, started))
     print()
-    print(table(results))
+    if "a" in args.parts:
+        print(estimator_table(results))
+    if "b" in args.parts:
+        print(table(results))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
