@@ -9,8 +9,11 @@
 Layout: `settings` (limits, batching, timeouts: one dataclass the CLI builds), `models` (a model
 directory loaded once, read-only, with what a request needs from it), `batching` (concurrent
 requests merged into one `Tagger.tag` call in one worker thread per model), `metrics`
-(Prometheus), `schemas` (the request and response bodies), `app` (the FastAPI application).
-`settings`, `models` and `batching` need nothing beyond gpseq; the others need the extra.
+(Prometheus), `schemas` (the request and response bodies, documented), `wire` (POST /tag's
+body to a request and its results to JSON bytes, with little Python per token: a fast check of
+plain requests, records built per request, orjson), `app` (the FastAPI application).
+`settings`, `models` and `batching` need nothing beyond gpseq; the others need the extra
+(its httptools, uvloop and orjson are for speed: without them uvicorn and `wire` use pure Python).
 """
 
 from __future__ import annotations

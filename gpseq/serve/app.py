@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -27,7 +27,7 @@ from gpseq.serve.metrics import Metrics
 from gpseq.serve.models import RequestError, ServedModel
 from gpseq.serve.schemas import ErrorResponse, HealthResponse, ModelsResponse, TagRequest, TagResponse
 from gpseq.serve.settings import ServeSettings
-from gpseq.writers import sentence_record
+from gpseq.serve.wire import dumps, parse_tag_request, tag_records, validation_message
 
 log = logging.getLogger("gpseq.serve")
 
@@ -45,32 +45,14 @@ DESCRIPTION = """Calibrated sequence labelling with gpseq: labels with per-token
 chunk spans with probabilities. POST /tag takes raw text or pre-tokenised sentences; concurrent
 requests are tagged together in batches (results as if tagged alone). Errors are
 `{"error": "<one line>"}`."""
+# POST /tag reads its body itself (`wire.parse_tag_request`: a fast check of plain requests, the
+# pydantic model for the rest), so the body's schema is documented here rather than inferred
+TAG_REQUEST_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/TagRequest"}}}}}
 
 
 def error_reply(status: int, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
-
-
-def validation_message(errors: list[dict]) -> tuple[int, str]:
-    """(status, one line) for pydantic/FastAPI validation errors of the body."""
-    first = errors[0]
-    if first.get("type") == "json_invalid":
-        where = first["loc"][1] if len(first.get("loc", ())) > 1 else "?"
-        return 400, f"malformed JSON: {first.get('ctx', {}).get('error', 'decode error')} at character {where}"
-    loc = list(first.get("loc", ()))
-    if loc and loc[0] == "body":
-        loc = loc[1:]
-    if not loc and first.get("type") == "missing":
-        return 422, 'empty body: send a JSON object with "text" or "sentences"'
-    if not loc and first.get("type") in ("model_type", "model_attributes_type", "dict_type"):
-        return 422, 'body: must be a JSON object with "text" or "sentences"'
-    # keep field names and indices; drop pydantic's union-branch tags such as 'list[constrained-str]'
-    path = [str(p) for i, p in enumerate(loc) if i == 0 or isinstance(p, int)]
-    message = first.get("msg", "invalid").removeprefix("Value error, ")
-    if first.get("type") == "extra_forbidden":
-        message = "unknown field"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return 422, f"{'.'.join(path) or 'body'}: {message}{more}"
 
 
 def require_utf8(value: str, where: str) -> None:
@@ -214,11 +196,27 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         log.exception("internal error on %s %s", request.method, request.url.path)
         return error_reply(500, f"internal error ({type(error).__name__}: {error})")
 
-    @app.post("/tag", response_model=TagResponse, responses=ERRORS,
+    def openapi() -> dict:
+        """FastAPI's OpenAPI document, with the schema of POST /tag's body (`TagRequest`)."""
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            request = TagRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+            schemas.update(request.pop("$defs", {}))
+            schemas["TagRequest"] = request
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    @app.post("/tag", response_model=TagResponse, responses=ERRORS, openapi_extra=TAG_REQUEST_BODY,
               summary="Tag raw text or pre-tokenised sentences")
-    async def tag(body: TagRequest) -> Response:
+    async def tag(request: Request) -> Response:
         """Labels, per-token probabilities and chunk spans with probabilities: one object per
-        sentence, those of `gpseq tag --format jsonl` (`distributions` with full_distribution)."""
+        sentence, those of `gpseq tag --format jsonl` (`distributions` with full_distribution).
+        The body is a `TagRequest`."""
+        body = parse_tag_request(await request.body())
         name = default if body.model is None else body.model
         served = models.get(name)
         if served is None:
@@ -266,14 +264,9 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
                 from None
         except GpseqError as error:
             raise RequestError(422, str(error)) from None
-        records = []
-        for sentence, result in zip(sentences, results):
-            record = sentence_record(sentence, result, served.scheme, distributions=body.full_distribution)
-            if not math.isfinite(record["sequence_log_prob"]):
-                record["sequence_log_prob"] = None
-            records.append(record)
-        return JSONResponse({"model": served.name, "n_sentences": len(records), "n_tokens": n_tokens,
-                             "sentences": records})
+        records = tag_records(sentences, results, served.scheme, body.full_distribution)
+        return Response(dumps({"model": served.name, "n_sentences": len(records), "n_tokens": n_tokens,
+                               "sentences": records}), media_type="application/json")
 
     @app.get("/models", response_model=ModelsResponse, summary="The served models")
     async def list_models() -> Response:

@@ -92,12 +92,12 @@ class ServedModel:
                                             f"token as a row [token, column 1, ...] of at least {width} fields")
                 out.append(Sentence(tokens=list(sentence)))
                 continue
-            for t, row in enumerate(sentence):
-                if len(row) < width:
-                    raise RequestError(422, f"sentences[{s}][{t}]: a row of {len(row)} field(s); model "
-                                            f"{self.name!r} reads column(s) {self.columns}, so rows need at "
-                                            f"least {width}")
-            out.append(Sentence(tokens=[row[0] for row in sentence], columns=[list(row) for row in sentence]))
+            if min(map(len, sentence)) < width:
+                t = next(t for t, row in enumerate(sentence) if len(row) < width)
+                raise RequestError(422, f"sentences[{s}][{t}]: a row of {len(sentence[t])} field(s); model "
+                                        f"{self.name!r} reads column(s) {self.columns}, so rows need at "
+                                        f"least {width}")
+            out.append(Sentence(tokens=[row[0] for row in sentence], columns=sentence))  # the request's own lists
         return out
 
     def warm_up(self) -> None:
