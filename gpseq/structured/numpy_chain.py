@@ -50,6 +50,10 @@ class TimeMajor:
             if steps > 1 else np.zeros(0, np.int64)
         # the sentence (layout order) of each time-major row
         self.sentence_of = np.concatenate([np.arange(n) for n in self.running]) if steps else np.zeros(0, np.int64)
+        # step t ≥ 1 as plain ints: (first row of step t − 1, rows of step t): the recursions' loops
+        # run once per step and position, and NumPy scalars or slice objects there cost more than the products
+        starts = self.starts.tolist()
+        self._steps = [(starts[t - 1], starts[t], starts[t + 1]) for t in range(1, steps)]
 
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
@@ -58,29 +62,28 @@ class TimeMajor:
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`."""
-        N, V = unary.shape
         shift = unary.max(1, keepdims=True)
         emit = np.exp(unary - shift)
         p_max = pairwise.max()
         trans = np.exp(pairwise - p_max)
+        trans_t = np.ascontiguousarray(trans.T)
         alpha = np.empty_like(emit)
-        z = np.empty(N, dtype=unary.dtype)
+        z = np.empty(len(emit), dtype=unary.dtype)
         first = self.slice(0)
         z[first] = emit[first].sum(1)
         alpha[first] = emit[first] / z[first, None]
-        for t in range(1, len(self.running)):
-            here, n = self.slice(t), int(self.running[t])
-            prev = int(self.starts[t - 1])
-            new = (alpha[prev : prev + n] @ trans) * emit[here]
-            z[here] = new.sum(1)
-            alpha[here] = new / z[here, None]
+        for prev, start, stop in self._steps:
+            new = alpha[prev : prev + stop - start] @ trans
+            new *= emit[start:stop]
+            z_t = new.sum(1)
+            z[start:stop] = z_t
+            np.divide(new, z_t[:, None], out=alpha[start:stop])
         beta = np.ones_like(emit)
-        scaled = np.empty_like(emit)  # e_t β̂_t / z_t: the right factor of ξ_{t−1} and of β̂_{t−1}
-        for t in range(len(self.running) - 1, 0, -1):
-            here, n = self.slice(t), int(self.running[t])
-            prev = int(self.starts[t - 1])
-            scaled[here] = emit[here] * beta[here] / z[here, None]
-            beta[prev : prev + n] = scaled[here] @ trans.T
+        scaled = emit / z[:, None]  # e_t / z_t, then × β̂_t: the right factor of ξ_{t−1} and of β̂_{t−1}
+        for prev, start, stop in reversed(self._steps):
+            here = scaled[start:stop]
+            here *= beta[start:stop]
+            np.matmul(here, trans_t, out=beta[prev : prev + stop - start])
         marg = alpha * beta
         log_z = np.bincount(self.sentence_of, weights=np.log(z) + shift[:, 0], minlength=len(self.lengths))  # f64
         log_z = log_z + (self.lengths - 1) * float(p_max)
