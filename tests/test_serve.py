@@ -787,3 +787,31 @@ def test_the_response_bytes_with_and_without_orjson(monkeypatch):
     assert json.loads(encoded) == json.loads(standard) == value
     assert standard == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     assert "Café".encode() in encoded and b" " not in encoded.replace(b'"\\\\"', b"")
+
+
+def test_the_batch_worker_finishes_each_request_apart():
+    """`finish` runs on a request's own results in the worker; when it raises, only that request fails."""
+    from gpseq.serve.batching import MicroBatcher
+
+    class Echo:  # tags each sentence with its length, records the calls
+        calls = []
+
+        def tag(self, sentences, **options):
+            self.calls.append(list(sentences))
+            return [len(s) for s in sentences]
+
+    def finish(results):
+        if 0 in results:
+            raise ValueError("an empty sentence")
+        return sum(results)
+
+    batcher = MicroBatcher(Echo(), max_wait=0.5).start()
+    try:
+        futures = [batcher.submit(sentences, {}, mergeable=True, finish=f) for sentences, f in (
+            (["ab", "c"], finish), ([""], finish), (["xyz"], None), (["d", "ef"], finish))]
+        assert futures[0].result(WAIT) == 3 and futures[2].result(WAIT) == [3] and futures[3].result(WAIT) == 3
+        with pytest.raises(ValueError, match="an empty sentence"):
+            futures[1].result(WAIT)
+    finally:
+        batcher.stop(WAIT)
+    assert sum(map(len, Echo.calls)) == 6  # every sentence tagged once

@@ -239,7 +239,7 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         else:
             if len(body.sentences) > settings.max_sentences:
                 raise RequestError(413, f"{len(body.sentences):,} sentences; the limit is {settings.max_sentences:,}")
-            sentences = served.sentences_from_lists(body.sentences)  # tokens: pydantic refuses surrogates
+            sentences = served.sentences_from_lists(body.sentences)  # tokens: valid UTF-8 (wire)
         if len(sentences) > settings.max_sentences:
             raise RequestError(413, f"text of more than {settings.max_sentences:,} sentences (the limit)")
         n_tokens = sum(len(sentence.tokens) for sentence in sentences)
@@ -252,21 +252,26 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         options = {"samples": body.samples, "mean": True if body.mean else None,  # as `gpseq tag` passes them
                    "decode": body.decode, "spans": body.span_probs, "nbest": body.nbest,
                    "abstain_below": body.abstain_below}
+
+        def reply(results: list) -> bytes:  # in the batch worker, right after tagging
+            records = tag_records(sentences, results, served.scheme, body.full_distribution)
+            return dumps({"model": served.name, "n_sentences": len(records), "n_tokens": n_tokens,
+                          "sentences": records})
+
         try:
-            future = batcher.submit(sentences, options, mergeable=served.deterministic(body.mean, body.samples))
+            future = batcher.submit(sentences, options, mergeable=served.deterministic(body.mean, body.samples),
+                                    finish=reply)
         except (QueueFull, Stopped) as error:
             return error_reply(503, str(error), {"Retry-After": "1"})
         try:
-            results = await asyncio.wait_for(asyncio.wrap_future(future), settings.request_timeout)
+            content = await asyncio.wait_for(asyncio.wrap_future(future), settings.request_timeout)
         except asyncio.TimeoutError:
             future.cancel()  # dropped from its batch if not started yet
             raise RequestError(504, f"not tagged within {settings.request_timeout:g} s (the request timeout)") \
                 from None
         except GpseqError as error:
             raise RequestError(422, str(error)) from None
-        records = tag_records(sentences, results, served.scheme, body.full_distribution)
-        return Response(dumps({"model": served.name, "n_sentences": len(records), "n_tokens": n_tokens,
-                               "sentences": records}), media_type="application/json")
+        return Response(content, media_type="application/json")
 
     @app.get("/models", response_model=ModelsResponse, summary="The served models")
     async def list_models() -> Response:

@@ -11,6 +11,10 @@ A Monte Carlo request (`samples`, or a model whose default predictive is Monte C
 on its own: the draws of `Tagger.tag` are seeded per compiled call, so alone it gets exactly what
 `Tagger.tag` on its sentences gives. A merged call that fails is retried request by request, so
 one request's failure is only its own.
+
+A request may come with `finish`, a function of its results that the worker calls right after
+the batch (the service builds its response bytes there: the results are fresh in this thread's
+cache, and the event loop is left with only the HTTP); the future then holds what it returns.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger("gpseq.serve")
 
@@ -42,6 +46,7 @@ class Job:
     options: dict  # samples, mean
     mergeable: bool
     future: concurrent.futures.Future
+    finish: Callable[[list], Any] | None = None  # of the results, in the worker; its value is the future's
 
 
 @dataclass
@@ -81,9 +86,11 @@ class MicroBatcher:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, sentences: list, options: dict, mergeable: bool) -> concurrent.futures.Future:
-        """Queue a request: a future of its `TaggedSentence`s, in order (QueueFull, Stopped)."""
-        job = Job(list(sentences), dict(options), mergeable, concurrent.futures.Future())
+    def submit(self, sentences: list, options: dict, mergeable: bool,
+               finish: Callable[[list], Any] | None = None) -> concurrent.futures.Future:
+        """Queue a request: a future of its `TaggedSentence`s, in order, or of `finish(them)`
+        (QueueFull, Stopped)."""
+        job = Job(list(sentences), dict(options), mergeable, concurrent.futures.Future(), finish)
         with self._lock:
             if self._stopping or not self.alive:
                 raise Stopped(f"model {self.name!r} is not taking requests (shutting down)")
@@ -176,5 +183,11 @@ class MicroBatcher:
                 log.exception("batch metrics failed")
         at = 0
         for job in jobs:
-            job.future.set_result(results[at:at + len(job.sentences)])
-            at += len(job.sentences)
+            value, at = results[at:at + len(job.sentences)], at + len(job.sentences)
+            if job.finish is not None:
+                try:
+                    value = job.finish(value)
+                except Exception as error:  # noqa: BLE001  (the request's own failure)
+                    job.future.set_exception(error)
+                    continue
+            job.future.set_result(value)
