@@ -144,7 +144,7 @@ class Tagger:
         label_index = {l: i for i, l in enumerate(labels)}
         data = cls._sequence_data(featurizer, train, label_index)
         if method == "laplace":
-            from gpseq.training.laplace import train_laplace
+            from gpseq.training.prior_path import train_laplace
 
             dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
             start = None

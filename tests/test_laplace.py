@@ -292,7 +292,7 @@ def test_the_default_training_and_a_tagger_import_without_tensorflow():
     from gpseq.structured.likelihoods import LIKELIHOODS as objects
 
     assert tuple(LIKELIHOODS) == tuple(objects)
-    code = ("import sys, gpseq.tagger, gpseq.training.laplace, gpseq.training.calibration; "
+    code = ("import sys, gpseq.tagger, gpseq.training.prior_path, gpseq.training.calibration; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -377,7 +377,7 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     from gpseq.features import Featurizer, get_preset
     from gpseq.tagger import TaggerConfig
     from gpseq.training.calibration import calibrated_potentials
-    from gpseq.training.laplace import FOLD_BUDGET_SHARE, concatenate, train_laplace
+    from gpseq.training.prior_path import FOLD_BUDGET_SHARE, concatenate, train_laplace
 
     sentences = read_conll(SAMPLE / "train.conll")[:48]
     featurizer = Featurizer(get_preset("pos")).fit(sentences)

@@ -1,5 +1,4 @@
-"""The default training of the weight-space linear-chain GP: MAP + diagonal Laplace, prior
-variance chosen on held-out data, calibrated predictive.
+"""The fit of the default training of the weight-space linear-chain GP: MAP + diagonal Laplace.
 
 The tagger's unaries f_j(x) = b_j + w_jᵀx are the GP with the linear kernel in weight space
 (DESIGN "The expressiveness trap"), prior w ~ N(0, σ²_g I) for the weights of feature-template
@@ -17,26 +16,20 @@ group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I)
    evidence fixed point per group, γ_g = Σ_{i∈g} (1 − s_i / σ²_g), σ²_g ← Σ_{i∈g} θ̂_i² / γ_g,
    then back to 1, warm-started.
 
-`train_laplace` (what `Tagger.train` runs) fits the (σ², λ) pairs of `prior_candidates` along a
-warm-started path, ranks them by the NLL of the dev split carved from the training data at each
-fit's best temperature (`gpseq.training.calibration`; a small corpus: of the out-of-fold
-predictions of cross-fitting instead), calibrates the chosen fit's predictive in full (α, T) and
-refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
+The default training around these fits (prior path, cross-fitting, calibration, refit) is
+`gpseq.training.prior_path`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from gpseq.corpora.splits import kfold_indices
 from gpseq.errors import NumericalError
-from gpseq.training.batching import UNKNOWN_LABEL_ID, SequenceData
-from gpseq.training.calibration import fit_calibration, fit_calibration_parts
-from gpseq.training.chain_objective import NumpyChainObjective
+from gpseq.training.batching import SequenceData
+from gpseq.training.calibration import fit_calibration
 from gpseq.training.lbfgs import minimize_lbfgs
 
 
@@ -52,10 +45,6 @@ class LaplaceReport:
     nonzero_weights: int = 0
 
 
-# cross-fitting's fold fits run this share of the iteration budgets: they only rank the priors and
-# calibrate (small-scale protocol, 5 seeded folds x 4 sets: the same choices, T within 0.01 and
-# test NLL within 0.0004 of full budgets, at 40 % of the cost)
-FOLD_BUDGET_SHARE = 0.4
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
 
 
@@ -200,15 +189,6 @@ def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
                       mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report)
 
 
-def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
-    """The sentences of `first` then those of `second` (both labelled)."""
-    import scipy.sparse as sp
-
-    offsets = np.concatenate([first.offsets, first.offsets[-1] + second.offsets[1:]])
-    return SequenceData(sp.vstack([first.rows, second.rows], format="csr"), offsets,
-                        np.concatenate([first.label_ids, second.label_ids]))
-
-
 def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
     """`fit_calibration` of the fit's predictive on the labelled `dev` split."""
     mean, variance = fit.unary_moments(dev.rows)
@@ -239,158 +219,3 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
         "var:pairwise_variance/_pretransformed_input": _softplus_inverse(fit.pairwise_variance),
     }
     return {name: np.asarray(value, dtype=cast) for name, value in arrays.items()}
-
-
-def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
-                  callbacks=None, init: "LaplaceFit | None" = None):
-    """The default training of a `TaggerConfig`: for each (σ², λ) of `prior_candidates`
-    (warm-started, in order) fit q by `fit_laplace` and rank it by the dev NLL at its best
-    temperature; calibrate the best one's predictive (α, T) on `dev_data`; refit it on
-    train + dev (small corpora: cross-fitting, `cross_fitting`). Returns (the model's arrays as `model_state` names them, scores). `init`: a fit on
-    this featurizer's columns and these labels that the fits on all the training data start from
-    instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
-
-    BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
-    OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores)."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1, user_api="blas"):
-        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
-
-
-def prior_candidates(training, model, has_dev: bool) -> list[tuple[float, float]]:
-    """The (σ², l1) pairs the default training compares on the dev split, in fitting order (each
-    fit warm-started from the previous one): for each σ² of `prior_variance_grid`, the L1
-    strengths of `l1_grid` (strongest first: a path from the sparsest model). Without a dev split
-    (or calibration) there is nothing to compare: the first pair."""
-    variances = sorted(training.prior_variance_grid or []) or [model.prior_variance]
-    strengths = list(training.l1_grid or []) or [0.0]
-    pairs = [(float(v), float(l1)) for v in variances for l1 in strengths]
-    return pairs if has_dev and training.calibrate else pairs[:1]
-
-
-def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
-    """Whether the default training cross-fits: a small corpus (train + dev within
-    `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds."""
-    if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
-        return False
-    tokens = len(data.label_ids) + len(dev_data.label_ids)
-    return tokens <= training.cross_fit_tokens and len(data) + len(dev_data) >= 2 * training.cross_fit_folds
-
-
-def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None):
-    from gpseq.training.config import Progress
-
-    tcfg, mcfg = config.training, config.model
-    groups, names = featurizer.column_groups()
-    budget = tcfg.max_steps or tcfg.max_iterations
-    refit = max(1, budget // 3)
-    has_dev = dev_data is not None and len(dev_data) > 0
-    grid = prior_candidates(tcfg, mcfg, has_dev)
-    total = budget + (len(grid) - 1 + tcfg.evidence_rounds * len(grid)) * refit
-    start = time.perf_counter()
-    done = [0]
-
-    def progress(round_, iteration, objective):
-        done[0] += 1
-        for callback in callbacks or []:
-            callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
-
-    def fit(objective, prior, iterations, warm, evidence_rounds=0):
-        prior_variance, l1 = prior
-        return fit_laplace(objective, groups, names, prior_variance=prior_variance, l1=l1,
-                           pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
-                           max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
-
-    iterations: list[int] = []
-
-    def run_path(objective, priors, warm, share=1.0, each=None, evidence_rounds=0):
-        """Fit `priors` in order on `objective`, each warm-started from the previous fit (the first
-        from `warm`), with `share` of the iteration budgets; `each(prior, fit)` after every fit.
-        Returns the last fit."""
-        current = warm
-        for number, prior in enumerate(priors):
-            current = fit(objective, prior, max(1, int(share * (budget if number == 0 else refit))), current,
-                          evidence_rounds)
-            iterations.extend(current.report.iterations)
-            if each is not None:
-                each(prior, current)
-        return current
-
-    crossfit = cross_fitting(tcfg, data, dev_data)
-    if crossfit or has_dev and tcfg.refit_with_dev:
-        # sentences of dev with a label train never saw cannot be trained on (unlabelled tokens can)
-        clean = np.add.reduceat((dev_data.label_ids == UNKNOWN_LABEL_ID).astype(np.int64), dev_data.offsets[:-1]) == 0
-        combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
-    scores: dict = {"method": "laplace"}
-    if crossfit:
-        # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
-        folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
-        total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit * (init is not None)
-        held_out = {prior: [] for prior in grid}
-        fold_fits = {prior: [] for prior in grid}
-
-        def keep(prior, current):
-            held_out[prior].append((*current.unary_moments(part.rows), current.pairwise, current.pairwise_variance,
-                                    part.label_ids, part.offsets))
-            fold_fits[prior].append(current)
-
-        for inside, held in folds:
-            part = combined.subset(held)
-            run_path(NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype), grid, None,
-                     FOLD_BUDGET_SHARE, keep)
-        # rank the priors by their held-out NLL at their best T; (α, T) in full for the chosen one
-        candidates = {candidate: fit_calibration_parts(parts, variance_scale=False)["dev_token_nll"]
-                      for candidate, parts in held_out.items()}
-        prior = min(grid, key=candidates.__getitem__)
-        calibration = fit_calibration_parts(held_out[prior])
-        dev_nll = candidates[prior] = calibration["dev_token_nll"]
-        del held_out
-        # the final fit on all the sentences: the objective is convex, so where it starts changes
-        # only how soon it converges — from the average of the fold fits at the chosen pair (each
-        # saw 1 − 1/k of these sentences), or along the path from `init` when one is given
-        final = NumpyChainObjective(combined, num_labels, dtype=config.dtype)
-        if init is None:
-            chosen = run_path(final, [prior], average_fit(fold_fits[prior]))
-        else:
-            chosen = run_path(final, grid[: grid.index(prior) + 1], init)
-        del fold_fits
-        report = chosen.report
-        scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
-    else:
-        objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        candidates, best = {}, {}
-
-        def judge(prior, current):  # rank by the dev NLL at the best T; keep the least
-            ranked = calibrate(current, dev_data, variance_scale=False) if has_dev and tcfg.calibrate else None
-            candidates[prior] = ranked["dev_token_nll"] if ranked else None
-            if not best or (ranked and candidates[prior] < candidates[best["prior"]]):
-                best.update(prior=prior, fit=current)
-
-        run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
-        prior, chosen = best["prior"], best["fit"]
-        calibration = calibrate(chosen, dev_data) if has_dev and tcfg.calibrate else None  # (α, T) in full
-        dev_nll = candidates[prior] = calibration["dev_token_nll"] if calibration else None
-        report = chosen.report
-        if has_dev and tcfg.refit_with_dev:
-            # the held-out split has served (prior, calibration); the final weights see it too
-            total += refit
-            del objective
-            chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior, refit, chosen)
-            iterations.extend(chosen.report.iterations)
-            scores["refit_sentences"] = len(combined)
-    scores.update(prior_variance=prior[0], l1=prior[1], prior_variances=report.prior_variances,
-                  objective_per_token=report.objective_per_token)
-    if crossfit or len(grid) > 1:  # the held-out NLL of each candidate
-        scores["dev_token_nll_by_prior"] = {f"{v:g}/{l1:g}": nll for (v, l1), nll in candidates.items()}
-    if calibration:
-        scores["calibration"] = calibration
-    scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
-                  free_weights=chosen.report.free_weights)
-    for callback in callbacks or []:
-        callback(Progress(done[0], total, len(grid), -report.objective_per_token[-1], event="done",
-                          dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
-    alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
-    state = model_state(chosen, prior_variance=prior[0], alpha=alpha, temperature=temperature,
-                        dtype=config.dtype)
-    return state, scores

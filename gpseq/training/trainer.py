@@ -28,7 +28,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Callable, Iterable
 
 import numpy as np
