@@ -419,6 +419,41 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     assert reported == pytest.approx(total / count, rel=2e-3)  # float32 objective in the fits
 
 
+@pytest.mark.parametrize("crossfit", [True, False])
+def test_the_l1_path_ends_at_the_first_strength_worse_than_the_best_so_far(crossfit):
+    """Per σ², the path fits its λ in order and stops after the first whose held-out NLL is above the
+    best of that σ² so far: a λ of 30 after 0.3 (far sparser, a far worse fit) ends it, so 0.1 is
+    never fitted; the other σ²'s path runs on its own. Checked on the reported held-out NLLs."""
+    from conftest import SAMPLE
+
+    from gpseq.corpora import read_conll
+    from gpseq.features import Featurizer, get_preset
+    from gpseq.tagger import TaggerConfig
+    from gpseq.training.prior_path import train_laplace
+
+    sentences = read_conll(SAMPLE / "train.conll")[:48]
+    featurizer = Featurizer(get_preset("pos")).fit(sentences)
+    labels = sorted({label for s in sentences for label in s.labels})
+    index = {label: i for i, label in enumerate(labels)}
+
+    def data_of(part):
+        matrix = featurizer.transform(part)
+        ids = np.array([index[label] for s in part for label in s.labels], np.int64)
+        return SequenceData(matrix.rows.tocsr(), np.asarray(matrix.offsets, np.int64), ids)
+
+    config = TaggerConfig()
+    config.training.prior_variance_grid, config.training.l1_grid = [4.0, 16.0], [0.3, 30.0, 0.1]
+    config.training.max_iterations = 30
+    config.training.cross_fit_tokens = 10**6 if crossfit else 0
+    _, scores = train_laplace(config, featurizer, len(labels), data_of(sentences[:40]), data_of(sentences[40:]))
+    assert ("cross_fit_folds" in scores) == crossfit
+    nll = scores["dev_token_nll_by_prior"]
+    assert list(nll) == ["4/0.3", "4/30", "16/0.3", "16/30"]
+    assert nll["4/30"] > nll["4/0.3"] and nll["16/30"] > nll["16/0.3"]
+    best = min(nll, key=nll.get)
+    assert f"{scores['prior_variance']:g}/{scores['l1']:g}" == best
+
+
 @pytest.mark.parametrize("cpus", [1, 2, 3, 8])
 def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
     """The threaded row-block product is SciPy's product: blocks of any count (forced below the
