@@ -75,7 +75,7 @@ class TimeMajor:
         for prev, start, stop in self._steps:
             new = alpha[prev : prev + stop - start] @ trans
             new *= emit[start:stop]
-            z_t = new.sum(1)
+            z_t = np.add.reduce(new, 1)
             z[start:stop] = z_t
             np.divide(new, z_t[:, None], out=alpha[start:stop])
         beta = np.ones_like(emit)
