@@ -87,6 +87,20 @@ def time_in_process(tagger, sentences: list, repeats: int) -> list[tuple[float, 
     return rates
 
 
+def server_stack() -> str:
+    """The HTTP stack the server runs on (the serve extra's packages in this environment, which the
+    server subprocess shares): uvicorn takes httptools and uvloop, gpseq.serve.wire orjson, when present."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("fastapi", "uvicorn", "httptools", "uvloop", "orjson"):
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} absent")
+    return ", ".join(found)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -330,7 +344,7 @@ def main() -> None:
     first = phases[args.sentences_per_request[0]]
     result = {
         "benchmark": "serve", "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "git": commit,
-        "machine": machine(), "model": str(args.model), "clients": args.clients, "seconds": args.seconds,
+        "machine": machine(), "server_stack": server_stack(), "model": str(args.model), "clients": args.clients, "seconds": args.seconds,
         "corpus": "CoNLL-2000 test", "corpus_sentences": len(sentences), "corpus_tokens": n_tokens,
         "server_ready_s": round(ready_s, 1), "server_exit_code_after_sigterm": exit_code,
         "server_graceful_shutdown": graceful,
@@ -359,6 +373,7 @@ def main() -> None:
 def report(result: dict, phases: dict) -> str:
     lines = [
         f"gpseq serve load test, {result['date']}, git {result['git']}, {result['machine']}",
+        f"server stack: {result['server_stack']}",
         f"model {result['model']}; {result['corpus']}: {result['corpus_sentences']:,} sentences, "
         f"{result['corpus_tokens']:,} tokens; {result['clients']} clients, {result['seconds']:.0f} s per phase",
         f"in-process Tagger.tag(batch_size=256): {result['inprocess_tokens_per_s_before']:,.0f} tokens/s before, "

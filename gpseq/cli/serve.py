@@ -13,10 +13,12 @@ from gpseq.serve import INSTALL_HINT, missing_extra
 from gpseq.serve.settings import ServeSettings
 
 DEFAULTS = ServeSettings()
-# The collector's generation thresholds while serving (Python's default: 700, 10, 10). Requests in
-# flight keep thousands of young lists alive (rows, features, records) and each collection of the
-# young generation traverses them: at the default, collections took ~20 % of the server's CPU under
-# load (benchmarks/serve.py), against ~3 % for Tagger.tag in one call.
+# The garbage collector's generation thresholds while serving (Python's default: 700, 10, 10).
+# Requests in flight keep thousands of young containers alive (rows, features, records), which
+# every collection traverses, and promote them to older generations: in a 15 s trial of
+# benchmarks/serve.py (8 sentences per request) the collector ran ~1,150 times for ~2.4 s at the
+# default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
+# with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
 GC_THRESHOLDS = (50_000, 20, 100)
 SERVE_EXAMPLES = """[b]Examples[/b]
 
