@@ -89,6 +89,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _bootstrap import metric, outcomes, paired_bootstrap  # noqa: E402
 from _common import (  # noqa: E402
     PAPER_SETS,
     corpora_root,
@@ -233,10 +234,12 @@ def test_gpseq(model_dir: Path, test) -> dict:
     tagger.tag(test[:8])  # traces the compiled prediction function once
     warmup_s = time.perf_counter() - start
     start = time.perf_counter()
-    tagger.tag(test)
+    tagged = tagger.tag(test)
     tag_s = time.perf_counter() - start
     report = tagger.evaluate(test).to_dict()
-    return {**report, "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s}
+    results = outcomes([list(s.labels) for s in test], [t.labels for t in tagged], [t.probabilities for t in tagged],
+                       tagger.labels, chunked=report.get("chunk_f1") is not None)
+    return {**report, "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s, "outcomes": results}
 
 
 # ---- CRFsuite and CRFsuite + T ----------------------------------------------------------------
@@ -287,9 +290,10 @@ def test_crf(state: dict, test) -> dict:
         probs = [temper(p, temperature) for p in probs]
     tag_s = time.perf_counter() - start
     seq_logp = None if temperature is not None else crfsuite_gold_log_probs(crf, X, test)
-    report = evaluate([list(s.labels) for s in test], predicted, labels=labels, probabilities=probs,
-                      sequence_log_probs=seq_logp)
-    return {**report.to_dict(), "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s}
+    gold = [list(s.labels) for s in test]
+    report = evaluate(gold, predicted, labels=labels, probabilities=probs, sequence_log_probs=seq_logp).to_dict()
+    results = outcomes(gold, predicted, probs, labels, chunked=report.get("chunk_f1") is not None)
+    return {**report, "tag_tokens_per_s": n_tokens / tag_s, "tag_warmup_s": warmup_s, "outcomes": results}
 
 
 # ---- one corpus -------------------------------------------------------------------------------
@@ -323,6 +327,29 @@ def test_all(state: dict, test) -> dict:
                 metrics[system][key] = state[system][key]
         metrics[system]["score"] = score_of(metrics[system])
     return metrics
+
+
+BOOTSTRAPPED = {"crfsuite_t": ("token_nll", "ece"), "crfsuite": ("brier", "aurc", "score")}  # the targets' peers
+
+
+def bootstrap(corpus: str, metrics: dict) -> dict:
+    """`<corpus>/gpseq_minus_<peer>/<metric>`: [gpseq − peer on the test set, 95 % interval] by a
+    paired bootstrap over the test sentences (`_bootstrap`), for the metric of each target; and
+    `significance/<corpus>/<metric>_vs_<peer>`: "better" / "worse" for gpseq when the interval
+    excludes 0, else "tie". Pops the per-token outcomes from `metrics`."""
+    results = {system: values.pop("outcomes") for system, values in metrics.items()}
+    out = {}
+    for peer, names in BOOTSTRAPPED.items():
+        for name, (diff, low, high) in paired_bootstrap(results["gpseq"], results[peer], names).items():
+            for system, value in (("gpseq", metric(results["gpseq"], name)), (peer, metric(results[peer], name))):
+                reported = metrics[system].get(name)
+                if reported is not None and not math.isclose(value, reported, rel_tol=1e-6, abs_tol=1e-9):
+                    print(f"    note: bootstrap {name} of {system} {value:.6f} vs reported {reported:.6f}", flush=True)
+            out[f"{corpus}/gpseq_minus_{peer}/{name}"] = [diff, low, high]
+            higher_is_better = name == "score"
+            verdict = "tie" if low <= 0.0 <= high else ("better" if (low > 0.0) == higher_is_better else "worse")
+            out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict
+    return out
 
 
 def flatten(corpus: str, metrics: dict, data: dict, command: str) -> dict:
@@ -378,7 +405,8 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
                 "dev_sentences_crfsuite_t": state["crfsuite_t"]["dev_sentences"]}
     data.update(test_file=str(spec.test), test_sentences=len(test), test_tokens=sum(len(s) for s in test),
                 features=spec.features)
-    return flatten(spec.name, metrics, data, command)
+    significance = bootstrap(spec.name, metrics)
+    return {**flatten(spec.name, metrics, data, command), **significance}
 
 
 def run_small(name: str, args, workdir: Path) -> dict:
@@ -398,6 +426,8 @@ def run_small(name: str, args, workdir: Path) -> dict:
         metrics, state = run_systems(train_file, {"label_column": -1, "encoding": encoding}, train, test, features,
                                      extras, workdir, tag)
         command = state["gpseq"]["command"]
+        for values in metrics.values():
+            values.pop("outcomes")  # means over folds: no bootstrap of one test set
         per_fold.append(metrics)
         print("    " + ", ".join(f"{s} err={m['token_error']:.4f} nll={m['token_nll']:.4f}"
                                  for s, m in metrics.items()), flush=True)
@@ -442,11 +472,17 @@ def table(corpus: str, results: dict) -> str:
     data = {k.split("/", 2)[2]: v for k, v in results.items() if k.startswith(f"{corpus}/data/")}
     head = ", ".join(f"{k} {v}" for k, v in data.items() if k != "test_file")
     lines = [f"== {corpus}  ({head})", f"{'':<26}" + "".join(f"{s:>14}" for s in SYSTEMS)]
-    for metric, label, fmt in ROWS:
-        cells = [results.get(f"{corpus}/{s}/{metric}") for s in SYSTEMS]
+    for name, label, fmt in ROWS:
+        cells = [results.get(f"{corpus}/{s}/{name}") for s in SYSTEMS]
         if all(c is None for c in cells):
             continue
         lines.append(f"{label:<26}" + "".join(f"{fmt(c) if c is not None else '-':>14}" for c in cells))
+    for peer in BOOTSTRAPPED:
+        prefix = f"{corpus}/gpseq_minus_{peer}/"
+        cells = [f"{k[len(prefix):]} {d:+.5f} [{low:+.5f}, {high:+.5f}]"
+                 for k, (d, low, high) in ((k, v) for k, v in results.items() if k.startswith(prefix))]
+        if cells:
+            lines.append(f"gpseq − {peer} (95 % paired bootstrap over sentences): " + "; ".join(cells))
     targets = {k.rsplit("/", 1)[1]: v for k, v in results.items() if k.startswith(f"wins/{corpus}/")}
     if targets:
         lines.append("targets: " + ", ".join(f"{k} {'yes' if v else ('-' if v is None else 'NO')}"
@@ -537,6 +573,12 @@ def main() -> None:
         results["wins/small-scale/nll_below_crfsuite_4_of_4"] = (n_nll == 4) if complete else None
         results["wins/small-scale/error_le_crfsuite_3_of_4"] = (n_err >= 3) if complete else None
 
+    verdicts: dict[str, list] = {}
+    for key, verdict in list(results.items()):
+        if key.startswith("significance/") and not key.startswith("significance/count/"):
+            verdicts.setdefault(key.rsplit("/", 1)[1], []).append(verdict)
+    for comparison, values in verdicts.items():
+        results[f"significance/count/{comparison}"] = ", ".join(f"{values.count(v)} {v}" for v in ("better", "tie", "worse"))
     results.update(run_meta("versus_crf.py", args.quick, started))
 
     print()
@@ -544,7 +586,8 @@ def main() -> None:
         print(table(corpus, results))
         print()
     for key, value in results.items():
-        if key.startswith(("wins/every_corpus/", "wins/count/", "wins/small-scale/")) or key.endswith("/error"):
+        if key.startswith(("wins/every_corpus/", "wins/count/", "wins/small-scale/", "significance/count/")) \
+                or key.endswith("/error"):
             print(f"{key}: {value}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
