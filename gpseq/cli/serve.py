@@ -20,6 +20,20 @@ DEFAULTS = ServeSettings()
 # default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
 # with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
 GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread in the server process (threadpoolctl, of the serve extra; nothing without it).
+
+    The batch worker's matrix products are small ([B, V] × [V, V] per chain step) and OpenBLAS's
+    helper threads spin between them on the core the event loop needs: in 15 s trials of
+    benchmarks/serve.py (8 sentences per request, load average ~6) the server took 3.3 ms of CPU per
+    request with them and 2.3 ms without, for 30–34k and 45–47k tokens/s."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")  # process-wide for the pthreads OpenBLAS of NumPy's wheels
 SERVE_EXAMPLES = """[b]Examples[/b]
 
   gpseq serve models/en_pos_conll2000
@@ -90,6 +104,7 @@ def serve(
     gc.collect()
     gc.freeze()  # the models and modules live as long as the process: out of the collector's sight
     gc.set_threshold(*GC_THRESHOLDS)
+    limit_blas_threads()
     names = ", ".join(f"{name} ({model.path})" for name, model in served.items())
     stderr().print(f"serving {names} on http://{host}:{port} (API documentation: /docs)")
     uvicorn.run(application, host=host, port=port, log_level="debug" if verbose else "info",
