@@ -10,7 +10,9 @@ phase of its own on the same server).
 
 1. In-process peer: this process loads the model and times `Tagger.tag(all sentences,
    batch_size=256)` (best of 3, after a warm-up call), before and after the load phases; the
-   ratio uses their mean.
+   ratio uses their mean. After the phases the same measurement runs once more in a child process
+   with `OPENBLAS_NUM_THREADS=1`, as the server runs (`gpseq serve` limits OpenBLAS to one thread),
+   and is reported beside it.
 2. The service: `python -m gpseq serve MODEL --host 127.0.0.1 --port P` in a subprocess (the real
    command, default settings), ready when GET /health answers 200.
 3. Each load phase: `--clients` concurrent clients (asyncio tasks, one keep-alive HTTP/1.1
@@ -99,6 +101,16 @@ def server_stack() -> str:
         except PackageNotFoundError:
             found.append(f"{name} absent")
     return ", ".join(found)
+
+
+def in_process_one_blas_thread(model_dir: Path, repeats: int) -> float:
+    """Best tokens/s of the same in-process measurement in a child process whose OpenBLAS has one
+    thread, as the server's has (`gpseq serve` limits it): the reference above keeps the library's
+    default, whose helper threads spin on the other core between small products."""
+    child = subprocess.run([sys.executable, __file__, "--model", str(model_dir), "--inprocess-only", str(repeats)],
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, cwd=ROOT, capture_output=True, text=True,
+                           check=True)
+    return float(child.stdout.strip().splitlines()[-1])
 
 
 def free_port() -> int:
@@ -269,7 +281,11 @@ def main() -> None:
     parser.add_argument("--sentences-per-request", type=int, nargs="+", default=[8, 1, 32])
     parser.add_argument("--quick", action="store_true", help="10 s, one request size (8), in-process timed once")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--inprocess-only", type=int, metavar="REPEATS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inprocess_only:  # the child of in_process_one_blas_thread: prints its best tokens/s
+        print(max(in_process(args.model, unlabelled(read_test()), args.inprocess_only)[1])[0])
+        return
     if args.quick:
         args.seconds, args.sentences_per_request = min(args.seconds, 10.0), args.sentences_per_request[:1]
     repeats = 1 if args.quick else 3
@@ -338,18 +354,23 @@ def main() -> None:
     graceful = "Application shutdown complete" in log_path.read_text()
     print(f"in-process again: {max(after)[0]:,.0f} tokens/s; server exit code after SIGTERM: {exit_code} "
           f"(graceful shutdown logged: {graceful})", flush=True)
+    one_blas_thread = in_process_one_blas_thread(args.model, repeats)
+    print(f"in-process with one OpenBLAS thread (child process): {one_blas_thread:,.0f} tokens/s", flush=True)
 
     inprocess = (max(before)[0] + max(after)[0]) / 2
     inprocess_cpu = (max(r[1] for r in before) + max(r[1] for r in after)) / 2
     first = phases[args.sentences_per_request[0]]
     result = {
         "benchmark": "serve", "date": started_at.strftime("%Y-%m-%d %H:%M UTC"), "git": commit,
-        "machine": machine(), "server_stack": server_stack(), "model": str(args.model), "clients": args.clients, "seconds": args.seconds,
+        "machine": machine(), "server_stack": server_stack(), "model": str(args.model), "clients": args.clients,
+        "seconds": args.seconds,
         "corpus": "CoNLL-2000 test", "corpus_sentences": len(sentences), "corpus_tokens": n_tokens,
         "server_ready_s": round(ready_s, 1), "server_exit_code_after_sigterm": exit_code,
         "server_graceful_shutdown": graceful,
         "inprocess_tokens_per_s": inprocess, "inprocess_tokens_per_s_before": max(before)[0],
         "inprocess_tokens_per_s_after": max(after)[0], "inprocess_tokens_per_cpu_s": inprocess_cpu,
+        "inprocess_one_blas_thread_tokens_per_s": one_blas_thread,
+        "served_vs_inprocess_one_blas_thread": first["tokens_per_s"] / one_blas_thread,
         "served_tokens_per_s": first["tokens_per_s"], "served_requests_per_s": first["requests_per_s"],
         "served_vs_inprocess": first["tokens_per_s"] / inprocess,
         "latency_p50_ms": first["latency_p50_ms"], "latency_p95_ms": first["latency_p95_ms"],
@@ -360,6 +381,7 @@ def main() -> None:
         for key, value in phase.items():
             result[f"k{k}_{key}"] = value
         result[f"k{k}_served_vs_inprocess"] = phase["tokens_per_s"] / inprocess
+        result[f"k{k}_served_vs_inprocess_one_blas_thread"] = phase["tokens_per_s"] / one_blas_thread
         result[f"k{k}_served_tokens_per_server_cpu_s"] = phase["tokens"] / max(phase["server_cpu_s"], 1e-9)
         result[f"k{k}_served_vs_inprocess_per_cpu_s"] = phase["tokens"] / max(phase["server_cpu_s"], 1e-9) / inprocess_cpu
     table = report(result, phases)
@@ -379,6 +401,9 @@ def report(result: dict, phases: dict) -> str:
         f"in-process Tagger.tag(batch_size=256): {result['inprocess_tokens_per_s_before']:,.0f} tokens/s before, "
         f"{result['inprocess_tokens_per_s_after']:,.0f} after (mean {result['inprocess_tokens_per_s']:,.0f}); "
         f"{result['inprocess_tokens_per_cpu_s']:,.0f} tokens per CPU second",
+        f"in-process with one OpenBLAS thread, as the server runs (a child process, after the phases): "
+        f"{result['inprocess_one_blas_thread_tokens_per_s']:,.0f} tokens/s; served "
+        + ", ".join(f"{result[f'k{k}_served_vs_inprocess_one_blas_thread']:.0%} of it at {k}/request" for k in phases),
         "",
         "| sentences/request | tokens/s | vs in-process | requests/s | p50 ms | p95 ms | p99 ms | errors | "
         "sentences/batch | RSS start → peak → end MiB | server CPU s | tokens per server CPU s (vs in-process) | "
