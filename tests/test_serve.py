@@ -729,20 +729,20 @@ def test_the_fast_path_takes_plain_requests_without_pydantic(monkeypatch):
 
 
 def test_round6_equals_round():
+    """NumPy's rounding of many values against Python's `round(v, 6)`, decimal ties and their
+    neighbours included."""
     import numpy as np
 
     from gpseq.serve.wire import round6
 
     rng = np.random.default_rng(5)
-    values = np.concatenate([rng.random(20_000), rng.random(2_000) ** 8, [0.0, 1.0, 0.5, 2.0 ** -7, 1e-7, 5e-7,
-                                                                           0.0000005, 0.1234565, 0.9999995,
-                                                                           -0.25, 123.4567895, 1e300, 123456789012.3456789]],
-                            dtype=np.float64)
+    special = [0.0, 1.0, 0.5, 2.0 ** -7, 1e-7, 5e-7, 0.1234565, 0.9999995, -0.25, 123.4567895, 1e300,
+               123456789012.3456789]
     ties = (np.arange(1000) + 0.5) / 1e6  # decimal ties, as near as doubles get to them
-    values = np.concatenate([values, ties, np.nextafter(ties, 0), np.nextafter(ties, 1)])
+    values = np.concatenate([rng.random(20_000), rng.random(2_000) ** 8, special, ties, np.nextafter(ties, 0),
+                             np.nextafter(ties, 1)])
     assert round6(values) == [round(float(v), 6) for v in values]
-    nonfinite = round6(np.array([np.inf, -np.inf]))
-    assert nonfinite == [math.inf, -math.inf]
+    assert round6(np.array([np.inf, -np.inf])) == [math.inf, -math.inf]
     assert math.isnan(round6(np.array([np.nan]))[0])
 
 
