@@ -742,6 +742,7 @@ def test_round6_equals_round():
     values = np.concatenate([rng.random(20_000), rng.random(2_000) ** 8, special, ties, np.nextafter(ties, 0),
                              np.nextafter(ties, 1)])
     assert round6(values) == [round(float(v), 6) for v in values]
+    assert round6(np.array(special)) == [round(v, 6) for v in special]  # a few values: `round` itself
     assert round6(np.array([np.inf, -np.inf])) == [math.inf, -math.inf]
     assert math.isnan(round6(np.array([np.nan]))[0])
 

@@ -39,6 +39,7 @@ FIELDS = frozenset(TagRequest.model_fields)
 SPAN_PROBS = ("exact", "product")
 DECODERS = (None, "viterbi", "max-marginal", "span-f1")
 STR, LIST = {str}, {list}
+SMALL = 32  # round6: up to this many values, `round` one by one
 
 
 def dumps(value) -> bytes:
@@ -133,6 +134,8 @@ def round6(values: np.ndarray) -> list[float]:
     rounding error of ~1e-10, so the values within 1e-6 of a tie, beyond 1e9 or not finite go to
     `round` itself."""
     values = np.asarray(values, dtype=np.float64).ravel()
+    if values.size <= SMALL:  # NumPy's fixed cost per call is more than `round`'s on a few values
+        return [round(v, 6) for v in values.tolist()]
     scaled = values * 1e6
     out = (np.rint(scaled) / 1e6).tolist()
     with np.errstate(invalid="ignore"):
