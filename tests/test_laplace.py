@@ -367,17 +367,13 @@ def test_calibration_over_parts_is_calibration_of_their_union():
         assert pooled[key] == pytest.approx(whole[key], rel=1e-6)
 
 
-def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
-    """A small corpus cross-fits: the held-out NLL reported for a prior is the token NLL of the
-    out-of-fold predictions of fits on the other folds, at the calibrated (α, T) — recomputed
-    here with independent fold fits and the TensorFlow chain's marginals."""
+def _sample_problem():
+    """48 sentences of the sample corpus, a `pos` featurizer fitted on them, their labels and a
+    function from sentences to `SequenceData`."""
     from conftest import SAMPLE
 
-    from gpseq.corpora import kfold_indices, read_conll
+    from gpseq.corpora import read_conll
     from gpseq.features import Featurizer, get_preset
-    from gpseq.tagger import TaggerConfig
-    from gpseq.training.calibration import calibrated_potentials
-    from gpseq.training.prior_path import FOLD_BUDGET_SHARE, concatenate, train_laplace
 
     sentences = read_conll(SAMPLE / "train.conll")[:48]
     featurizer = Featurizer(get_preset("pos")).fit(sentences)
@@ -388,6 +384,20 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
         matrix = featurizer.transform(part)
         ids = np.array([index[label] for s in part for label in s.labels], np.int64)
         return SequenceData(matrix.rows.tocsr(), np.asarray(matrix.offsets, np.int64), ids)
+
+    return sentences, featurizer, labels, data_of
+
+
+def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
+    """A small corpus cross-fits: the held-out NLL reported for a prior is the token NLL of the
+    out-of-fold predictions of fits on the other folds, at the calibrated (α, T) — recomputed
+    here with independent fold fits and the TensorFlow chain's marginals."""
+    from gpseq.corpora import kfold_indices
+    from gpseq.tagger import TaggerConfig
+    from gpseq.training.calibration import calibrated_potentials
+    from gpseq.training.prior_path import FOLD_BUDGET_SHARE, concatenate, train_laplace
+
+    sentences, featurizer, labels, data_of = _sample_problem()
 
     config = TaggerConfig()
     config.training.prior_variance_grid, config.training.l1_grid = [4.0], [0.3]
@@ -424,22 +434,10 @@ def test_the_l1_path_ends_at_the_first_strength_worse_than_the_best_so_far(cross
     """Per σ², the path fits its λ in order and stops after the first whose held-out NLL is above the
     best of that σ² so far: a λ of 30 after 0.3 (far sparser, a far worse fit) ends it, so 0.1 is
     never fitted; the other σ²'s path runs on its own. Checked on the reported held-out NLLs."""
-    from conftest import SAMPLE
-
-    from gpseq.corpora import read_conll
-    from gpseq.features import Featurizer, get_preset
     from gpseq.tagger import TaggerConfig
     from gpseq.training.prior_path import train_laplace
 
-    sentences = read_conll(SAMPLE / "train.conll")[:48]
-    featurizer = Featurizer(get_preset("pos")).fit(sentences)
-    labels = sorted({label for s in sentences for label in s.labels})
-    index = {label: i for i, label in enumerate(labels)}
-
-    def data_of(part):
-        matrix = featurizer.transform(part)
-        ids = np.array([index[label] for s in part for label in s.labels], np.int64)
-        return SequenceData(matrix.rows.tocsr(), np.asarray(matrix.offsets, np.int64), ids)
+    sentences, featurizer, labels, data_of = _sample_problem()
 
     config = TaggerConfig()
     config.training.prior_variance_grid, config.training.l1_grid = [4.0, 16.0], [0.3, 30.0, 0.1]
