@@ -86,11 +86,13 @@ def likelihood_by_name(name: str):
     registered under the entry-point group `gpseq_likelihoods`; a plug-in function is wrapped in a
     `BlackBoxLikelihood` of that name. A one-line ConfigError when the name is none of these or its
     code cannot be imported."""
-    if isinstance(name, str) and name in LIKELIHOODS:
-        return LIKELIHOODS[name]()
-    if isinstance(name, str) and _FUNCTION_PATH.fullmatch(name):
-        return BlackBoxLikelihood(_import_function(name), name=name)
-    entry_point = _registered(name) if isinstance(name, str) else None
+    entry_point = None
+    if isinstance(name, str):
+        if name in LIKELIHOODS:
+            return LIKELIHOODS[name]()
+        if _FUNCTION_PATH.fullmatch(name):
+            return BlackBoxLikelihood(_import_function(name), name=name)
+        entry_point = _registered(name)
     if entry_point is None:
         raise ConfigError(f"likelihood must be {', '.join(LIKELIHOODS)}, a 'package.module:function' or a name "
                           f"registered under the entry-point group {ENTRY_POINT_GROUP}; got {name!r}")
