@@ -122,6 +122,7 @@ def test_black_box_by_name_evaluates_in_the_models_dtype():
     ("numpy_chain_likelihood:no_such_function", "has no 'no_such_function'"),
     ("numpy_chain_likelihood:np", "is not a function"),
     ("numpy_chain_likelihood:", "entry-point group"),
+    (3, "entry-point group"),  # e.g. --set model.likelihood=3
 ])
 def test_a_bad_name_is_a_one_line_config_error(name, problem):
     with pytest.raises(ConfigError) as caught:
