@@ -34,6 +34,8 @@ def limit_blas_threads() -> None:
     except ImportError:
         return
     threadpool_limits(1, user_api="blas")  # process-wide for the pthreads OpenBLAS of NumPy's wheels
+
+
 SERVE_EXAMPLES = """[b]Examples[/b]
 
   gpseq serve models/en_pos_conll2000
