@@ -48,12 +48,18 @@ class StructuredGP(tf.Module):
         if estimator not in ESTIMATORS:
             raise ConfigError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
         check_estimator(likelihood, estimator)
-        self.unaries, self.pairwise, self.likelihood = unaries, pairwise, likelihood
+        self.unaries, self.pairwise, self._likelihood = unaries, pairwise, likelihood
         self.estimator, self.num_data = estimator, num_data
         self.num_samples = DEFAULT_SAMPLES[estimator] if num_samples is None else int(num_samples)
         self.num_features, self.num_labels, self.dtype = unaries.num_features, unaries.num_labels, unaries.dtype
         self.variance_scale = tf.Variable(tf.ones([], self.dtype), trainable=False, name="variance_scale")
         self.temperature = tf.Variable(tf.ones([], self.dtype), trainable=False, name="temperature")
+
+    @property
+    def likelihood(self):
+        """The structured likelihood, fixed when the model is built (its estimator was checked
+        against it then: a likelihood cannot be swapped into a built model)."""
+        return self._likelihood
 
     def prior_kl(self):
         """KL(q(w)‖p(w)) + KL(q(u)‖p(u)) (Jensen bound when K > 1) + KL(q(f_bin)‖p(f_bin)) → scalar."""
@@ -77,7 +83,6 @@ class StructuredGP(tf.Module):
         """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] over the batch, by Monte Carlo (seed eqs. 8, 19)."""
         if self.estimator == "score":
             return score_function_ell(self, batch, num_samples, seed)
-        check_estimator(self.likelihood, self.estimator)  # e.g. a likelihood swapped into a built model
         unary, pairwise = self.sample_potentials(batch, num_samples, seed)
         ll = self.likelihood.log_prob(batch["labels"], unary, pairwise, batch["lengths"])  # [K, S, B]
         per_component = tf.reduce_mean(tf.reduce_sum(ll, -1), axis=1)  # [K]

@@ -53,7 +53,7 @@ def train_svi(tagger_class, config, featurizer, labels: list[str], data, dev, *,
     trainer = Trainer(model, tcfg, evaluate=evaluate if dev else None, callbacks=callbacks,
                       checkpoint_dir=checkpoint_dir, strategy=strategy)
     state = trainer.fit(data, resume=resume)
-    tagger.scores = {
+    scores = {
         "steps": state.step,
         "best_dev_score": state.best_score,
         "best_step": state.best_step,
@@ -61,4 +61,4 @@ def train_svi(tagger_class, config, featurizer, labels: list[str], data, dev, *,
         "stopped_early": state.stopped_early,
         "history": state.history,
     }
-    return tagger
+    return tagger_class(config, featurizer, labels, model, scores)
