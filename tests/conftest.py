@@ -80,3 +80,18 @@ def gpflow():
             pytest.fail(f"GPSEQ_REQUIRE_GPFLOW=1 but gpflow cannot be imported: {error}")
         pytest.skip(GPFLOW_ABSENT)
     return module
+
+
+def random_q(q, rng):
+    """Set a one-component `VariationalGaussian` q(u) to random values: means N(0, 1), a lower
+    triangular scale with diagonal in [0.2, 0.9] (or diagonal standard deviations in that range)."""
+    import numpy as np
+    import tensorflow as tf
+
+    M, P = q.num_inducing, q.num_latent
+    q.q_mu.assign(rng.normal(size=(1, M, P)))
+    if q.full_cov:
+        L = np.tril(0.2 * rng.normal(size=(1, P, M, M)), -1) + np.eye(M) * rng.uniform(0.2, 0.9, (1, P, M, 1))
+        q.q_sqrt.assign(tf.constant(L))
+    else:
+        q.q_sqrt.assign(tf.constant(rng.uniform(0.2, 0.9, size=(1, M, P))))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import random_q
 from gpseq.errors import ConfigError
 from gpseq.gp.deep import DeepGP, GPLayer, build_deep_gp
 from gpseq.gp.kernels import RBF
@@ -27,22 +28,12 @@ def _data(seed=0, N=30, kind="regression"):
     return X, f + 0.1 * rng.normal(size=f.shape)
 
 
-def _random_q(q, rng):
-    M, P = q.num_inducing, q.num_latent
-    q.q_mu.assign(rng.normal(size=(1, M, P)))
-    if q.full_cov:
-        L = np.tril(0.2 * rng.normal(size=(1, P, M, M)), -1) + np.eye(M) * rng.uniform(0.2, 0.9, (1, P, M, 1))
-        q.q_sqrt.assign(tf.constant(L))
-    else:
-        q.q_sqrt.assign(tf.constant(rng.uniform(0.2, 0.9, size=(1, M, P))))
-
-
 def _pair(lik, P, whiten=True, full_cov=True, num_samples=4):
     X, _ = _data()
     k = RBF(1.3, [0.7, 1.4], ard=True)
     Z = X[:6].copy()
     svgp = SVGP(k, lik, Z, P, num_data=90, whiten=whiten, full_cov=full_cov)
-    _random_q(svgp.q, np.random.default_rng(4))
+    random_q(svgp.q, np.random.default_rng(4))
     layer = GPLayer(k, Z, P, whiten=whiten, full_cov=full_cov)
     layer.q.q_mu.assign(svgp.q.q_mu)
     layer.q.q_sqrt.assign(tf.convert_to_tensor(svgp.q.q_sqrt))
@@ -88,8 +79,8 @@ def test_two_layer_elbo_equals_numpy_monte_carlo():
     Z1, Z2 = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
     l1 = GPLayer(k1, Z1, 2, mean_weights=W, noise_variance=0.05, whiten=True)
     l2 = GPLayer(k2, Z2, 1, whiten=False)
-    _random_q(l1.q, rng)
-    _random_q(l2.q, rng)
+    random_q(l1.q, rng)
+    random_q(l2.q, rng)
     noise = 0.2
     model = DeepGP([l1, l2], Gaussian(noise), num_data=30)
     S = 20_000

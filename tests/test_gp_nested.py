@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import random_q
 from gpseq.errors import ConfigError
 from gpseq.gp.deep import DeepGP, GPLayer
 from gpseq.gp.kernels import RBF, Linear, Matern32
@@ -21,16 +22,6 @@ def _data(seed=0, N=25):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(N, 2))
     return X, np.sin(1.3 * X[:, :1]) + 0.3 * X[:, 1:] + 0.1 * rng.normal(size=(N, 1))
-
-
-def _random_q(q, rng):
-    M, P = q.num_inducing, q.num_latent
-    q.q_mu.assign(rng.normal(size=(1, M, P)))
-    if q.full_cov:
-        L = np.tril(0.2 * rng.normal(size=(1, P, M, M)), -1) + np.eye(M) * rng.uniform(0.2, 0.9, (1, P, M, 1))
-        q.q_sqrt.assign(tf.constant(L))
-    else:
-        q.q_sqrt.assign(tf.constant(rng.uniform(0.2, 0.9, size=(1, M, P))))
 
 
 def _mc_psi(kernel, mu, var, Z, S, seed=0):
@@ -77,7 +68,7 @@ def test_one_layer_nested_equals_svgp(whiten, full_cov, kernel_cls):
     lik = Gaussian(0.3)
     Z = X[:6].copy() if kernel_cls is RBF else X[:2].copy()  # linear K_zz has rank D = 2
     svgp = SVGP(kernel, lik, Z, 1, num_data=80, whiten=whiten, full_cov=full_cov)
-    _random_q(svgp.q, rng)
+    random_q(svgp.q, rng)
     layer = GPLayer(kernel, Z, 1, whiten=whiten, full_cov=full_cov)
     layer.q.q_mu.assign(svgp.q.q_mu)
     layer.q.q_sqrt.assign(tf.convert_to_tensor(svgp.q.q_sqrt))
@@ -118,7 +109,7 @@ def test_nested_bound_below_exact_gp(seed):
     exact = _exact_log_marginal(k, X, Y, noise)
     # one layer, random q(u)
     layer = GPLayer(k, X[:8].copy(), 1)
-    _random_q(layer.q, rng)
+    random_q(layer.q, rng)
     one = DeepGP([layer], Gaussian(noise), inference="nested").elbo((X, Y)).numpy()
     assert one <= exact
     # two layers whose hidden layer is (almost) the identity: h_1 = x + N(0, 1e-6), tiny GP part.
@@ -141,7 +132,7 @@ def test_messages_equal_monte_carlo_moments(kernel, whiten):
     rng = np.random.default_rng(5)
     Z = rng.normal(size=(5, 2))
     layer = GPLayer(kernel, Z, 3, mean_weights=rng.normal(size=(2, 3)), whiten=whiten)
-    _random_q(layer.q, rng)
+    random_q(layer.q, rng)
     mu, var = rng.normal(size=(4, 2)), rng.uniform(0.05, 0.4, size=(4, 2))
     mean, bSb, prop, comp = [t.numpy() for t in layer_terms(layer, mu, var)]
     S = 100_000
@@ -158,7 +149,7 @@ def test_nested_predict_f_matches_svgp_for_one_layer():
     rng = np.random.default_rng(7)
     k = RBF(1.3, [0.7, 1.4], ard=True)
     svgp = SVGP(k, Gaussian(0.2), X[:6].copy(), 1)
-    _random_q(svgp.q, rng)
+    random_q(svgp.q, rng)
     layer = GPLayer(k, X[:6].copy(), 1)
     layer.q.q_mu.assign(svgp.q.q_mu)
     layer.q.q_sqrt.assign(tf.convert_to_tensor(svgp.q.q_sqrt))
@@ -182,7 +173,7 @@ def test_deterministic_first_layer_equals_general_terms_at_zero_variance(whiten,
     rng = np.random.default_rng(8)
     layer = GPLayer(RBF(1.2, [0.8, 1.5], ard=True), rng.normal(size=(5, 2)), 3, mean_weights=rng.normal(size=(2, 3)),
                     whiten=whiten, full_cov=full_cov)
-    _random_q(layer.q, rng)
+    random_q(layer.q, rng)
     X = rng.normal(size=(6, 2))
     fast = layer_terms(layer, X)
     general = layer_terms(layer, X, np.zeros_like(X))
