@@ -33,28 +33,10 @@ def corpora_dir() -> Path:
 
 
 def read_columns(path: Path) -> list[Sentence]:
-    """CoNLL-2000 (space-separated columns, blank line between sentences)."""
-    try:
-        from gpseq.corpora import read_conll  # the project's reader, when present
+    """CoNLL-2000 (space-separated columns, blank line between sentences), by the project's reader."""
+    from gpseq.corpora import read_conll
 
-        sentences = list(read_conll(path))
-        print(f"reader: gpseq.corpora.read_conll ({path.name})")
-        return sentences
-    except Exception:  # reader absent or a different signature: a minimal local parser
-        print(f"reader: local column parser ({path.name})")
-    out, rows = [], []
-    with open(path, encoding="utf-8") as handle:
-        for raw in handle:
-            line = raw.rstrip("\r\n")
-            if not line.strip(" \t"):
-                if rows:
-                    out.append(Sentence([r[0] for r in rows], [r[-1] for r in rows], rows))
-                    rows = []
-                continue
-            rows.append(line.split(" "))
-    if rows:
-        out.append(Sentence([r[0] for r in rows], [r[-1] for r in rows], rows))
-    return out
+    return list(read_conll(path))
 
 
 def peer_feature_dicts(sentences, config, vocab):
@@ -176,7 +158,7 @@ def main() -> None:
     if crfpp_template.exists():
         crfpp = Featurizer(get_preset("crfpp", template=str(crfpp_template)))
         start = time.perf_counter()
-        crfpp_matrix = crfpp.fit(train).transform(train)
+        crfpp.fit(train).transform(train)
         result["crfpp_template_fit_transform_tokens_per_s"] = n_train / (time.perf_counter() - start)
         result["crfpp_template_n_features"] = crfpp.n_features
 
