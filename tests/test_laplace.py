@@ -104,7 +104,8 @@ def _path_enumeration(unary, pairwise):
     return paths, probs / probs.sum()
 
 
-def test_fisher_diagonal_equals_the_variance_of_the_sufficient_statistics_by_enumeration():
+@pytest.mark.parametrize("value", [1.0, 0.5])  # indicator features (X∘X = X) and real values
+def test_fisher_diagonal_equals_the_variance_of_the_sufficient_statistics_by_enumeration(value):
     """F[f, v] = Var_p(Σ_t x_tf [y_t = v]) summed over sequences, exact when f fires once per sequence."""
     rng = np.random.default_rng(2)
     V, D, T = 3, 10, 4
@@ -112,7 +113,7 @@ def test_fisher_diagonal_equals_the_variance_of_the_sufficient_statistics_by_enu
     for _ in range(3):
         rows = np.zeros((T, D))
         for t, features in enumerate(rng.permutation(np.arange(1, D))[: 2 * T].reshape(T, 2)):
-            rows[t, features] = 1.0  # every feature fires at most once in the sequence
+            rows[t, features] = value  # every feature fires at most once in the sequence
         sequences.append(rows)
     data = SequenceData(sp.csr_matrix(np.vstack(sequences)), np.arange(0, 3 * T + 1, T, dtype=np.int64),
                         rng.integers(V, size=3 * T).astype(np.int32))

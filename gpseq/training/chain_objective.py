@@ -123,7 +123,9 @@ class NumpyChainObjective:
         rows = data.rows[layout.order].astype(dtype)
         self.rows = RowBlocks(rows)
         self.rows_t = RowBlocks(rows.T)  # Xᵀ as CSR: the gradient product reads it row by row
-        self.rows_squared_t = RowBlocks(rows.multiply(rows).T)
+        # X∘X for the Fisher diagonal: X itself when every value is 1 (indicator features, the
+        # presets), which spares a third copy of the corpus matrix
+        self.rows_squared_t = self.rows_t if np.all(rows.data == 1) else RowBlocks(rows.multiply(rows).T)
         self.labels = data.label_ids[layout.order].astype(np.int64)
         partial = np.add.reduceat((~known).astype(np.int64), data.offsets[:-1]) > 0  # [B] corpus order
         in_full = ~partial[layout.sentences][layout.sentence_of]  # [N] time-major
