@@ -77,15 +77,21 @@ def sentence_record(sentence: Sentence, result, scheme: str | None, distribution
         record["distributions"] = [
             {name: round(float(q), 6) for name, q in zip(result.label_set, row)} for row in result.probabilities
         ]
-    records = result_spans(result, scheme)
-    record["spans"] = [[t, s, e, round(p, 6)] for t, s, e, p in records]
-    if records:
+    found = result_spans(result, scheme)
+    record["spans"] = [[t, s, e, round(p, 6)] for t, s, e, p in found]
+    return add_record_tail(record, result, found, result.sequence_log_prob)
+
+
+def add_record_tail(record: dict, result, found: list, sequence_log_prob) -> dict:
+    """The fields of a sentence record after its spans (`found`: its (type, start, end, p)):
+    span_probability (when it has spans), `sequence_log_prob`, the abstention flags and the n-best."""
+    if found:
         record["span_probability"] = result.span_probability
-    record["sequence_log_prob"] = result.sequence_log_prob
+    record["sequence_log_prob"] = sequence_log_prob
     if result.abstain_below is not None:
         record["abstain_below"] = result.abstain_below
         record["abstain"] = result.abstained
-        record["span_abstain"] = [p < result.abstain_below for *_, p in records]
+        record["span_abstain"] = [p < result.abstain_below for *_, p in found]
     if result.nbest is not None:
         record["nbest"] = [{"labels": labels, "probability": round(p, 6)} for labels, p in result.nbest]
     return record

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from gpseq.serve.models import RequestError
 from gpseq.serve.schemas import TagRequest
-from gpseq.writers import result_spans
+from gpseq.writers import add_record_tail, result_spans
 
 try:
     import orjson
@@ -170,14 +170,6 @@ def tag_records(sentences: list, results: list, scheme: str | None, distribution
             record["distributions"] = rows[at:at + length]
         at += length
         record["spans"] = [[kind, start, end, next(span_probs)] for kind, start, end, _ in found]
-        if found:
-            record["span_probability"] = result.span_probability
-        record["sequence_log_prob"] = result.sequence_log_prob if math.isfinite(result.sequence_log_prob) else None
-        if result.abstain_below is not None:
-            record["abstain_below"] = result.abstain_below
-            record["abstain"] = result.abstained
-            record["span_abstain"] = [p < result.abstain_below for *_, p in found]
-        if result.nbest is not None:
-            record["nbest"] = [{"labels": labels, "probability": round(p, 6)} for labels, p in result.nbest]
-        records.append(record)
+        log_prob = result.sequence_log_prob if math.isfinite(result.sequence_log_prob) else None
+        records.append(add_record_tail(record, result, found, log_prob))
     return records
