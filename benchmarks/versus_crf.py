@@ -36,7 +36,9 @@ Metrics (gpseq.evaluate, each system with its own label set; gold labels it neve
 errors with clipped NLL): score = chunk F1 when the labels are chunk labels, else token
 accuracy; token NLL; ECE (15 bins) on the returned labels and their probabilities, and
 ece_argmax; Brier; AURC and error at 90 % coverage; train_s; tagging tokens/s (featurisation
-included); peak_rss_mb (training); model_mb on disk.
+included); peak_rss_mb (training); model_mb on disk. For each target's metric, the difference
+gpseq − peer with a 95 % interval from a paired bootstrap over the test sentences
+(`_bootstrap.py`: 1,000 draws, the same for both systems) and a better / tie / worse verdict.
 
 Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
   conll2000-chunk   CoNLL-2000 train.txt → test.txt, --features chunking
