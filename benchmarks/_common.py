@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,9 +177,6 @@ def run_meta(script: str, quick: bool, started: float) -> dict:
     (`benchmarks/<script>` and this process's arguments), quick, gpseq version, git HEAD, wall
     seconds since `started` (a `time.perf_counter()` value) and this process's peak RSS."""
     import shlex
-    import subprocess
-    import sys
-    import time
 
     import gpseq
 
@@ -191,3 +191,36 @@ def run_meta(script: str, quick: bool, started: float) -> dict:
         "meta/wall_s": time.perf_counter() - started,
         "meta/process_peak_rss_mb": peak_rss_mb(),
     }
+
+
+# ---- commands as processes: wall time and their own peak RSS ---------------------------------
+def gpseq_command() -> list[str]:
+    """The `gpseq` console script of this interpreter's environment, else `python cli.py`."""
+    script = Path(sys.executable).with_name("gpseq")
+    return [str(script)] if script.exists() else [sys.executable, str(ROOT / "cli.py")]
+
+
+def run_timed(command: list[str], log_path: str) -> tuple[int, float, float]:
+    """Runs in a worker process: the command's exit code, wall time and its own peak RSS (MiB)."""
+    with open(log_path, "wb") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (RUSAGE_CHILDREN is a max over all)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, wall, usage.ru_maxrss / 1024.0
+
+
+def in_fresh_process(function, *args):
+    """`function(*args)` in a new process forked from the light fork server (start it with
+    `multiprocessing.forkserver.ensure_running()` while the calling script is still light).
+
+    Why not a plain subprocess or a spawned worker: on Linux a child's ru_maxrss starts at the
+    RSS of the process that forked it (the high-water mark of the pre-exec address space is
+    kept), so a child of this process — which holds TensorFlow and the loaded models — would
+    report this process's RSS as its own peak."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("forkserver")) as pool:
+        return pool.submit(function, *args).result()

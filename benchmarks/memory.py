@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import corpora_root, run_meta  # noqa: E402
-from versus_crf import TRAINER_PARAMS, _run_timed, gpseq_command, in_fresh_process  # noqa: E402
+from _common import corpora_root, gpseq_command, in_fresh_process, run_meta, run_timed  # noqa: E402
+from versus_crf import TRAINER_PARAMS  # noqa: E402
 
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
 from gpseq.corpora.types import Sentence  # noqa: E402
@@ -49,7 +49,7 @@ def jittered(sentences: list[Sentence], copies: int, seed: int = 0) -> list[Sent
 
 
 def measure(command: list[str], log: Path) -> dict:
-    code, wall, rss = in_fresh_process(_run_timed, command, str(log))
+    code, wall, rss = in_fresh_process(run_timed, command, str(log))
     if code != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {code}; log {log}")
     return {"wall_s": wall, "peak_rss_mb": rss}
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     from multiprocessing import forkserver
 
-    forkserver.ensure_running()  # while this process is light (see versus_crf.in_fresh_process)
+    forkserver.ensure_running()  # while this process is light (see _common.in_fresh_process)
     started = time.perf_counter()
     base = read_conll(corpora_root() / "conll2000" / "train.txt")
     results: dict = {}

@@ -75,7 +75,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import shutil
 import subprocess
@@ -98,10 +97,13 @@ from _common import (  # noqa: E402
     crfsuite_features,
     crfsuite_gold_log_probs,
     crfsuite_marginals,
+    gpseq_command,
+    in_fresh_process,
     machine,
     paper_folds,
     paper_pool,
     run_meta,
+    run_timed,
     temper,
 )
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
@@ -169,38 +171,8 @@ def selected(name: str, only: list[str] | None) -> bool:
 
 
 # ---- gpseq: the default command, then Tagger.load / tag / evaluate --------------------------
-def gpseq_command() -> list[str]:
-    script = Path(sys.executable).with_name("gpseq")
-    return [str(script)] if script.exists() else [sys.executable, str(ROOT / "cli.py")]
-
-
 def dir_size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) / 2**20
-
-
-def _run_timed(command: list[str], log_path: str) -> tuple[int, float, float]:
-    """Runs in a worker process: the command's exit code, wall time and its own peak RSS (MiB)."""
-    with open(log_path, "wb") as log:
-        start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (RUSAGE_CHILDREN is a max over all)
-        wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, wall, usage.ru_maxrss / 1024.0
-
-
-def in_fresh_process(function, *args):
-    """`function(*args)` in a new process forked from the light fork server started by `main`.
-
-    Why not a plain subprocess or a spawned worker: on Linux a child's ru_maxrss starts at the
-    RSS of the process that forked it (the high-water mark of the pre-exec address space is
-    kept), so a child of this process — which holds TensorFlow and the loaded models — would
-    report this process's RSS as its own peak."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("forkserver")) as pool:
-        return pool.submit(function, *args).result()
 
 
 def train_gpseq(train_file: Path, features: str, extras: list[str], model_dir: Path) -> dict:
@@ -209,7 +181,7 @@ def train_gpseq(train_file: Path, features: str, extras: list[str], model_dir: P
     for stale in (model_dir, model_dir.with_name(model_dir.name + ".ckpt")):  # a reused --workdir
         shutil.rmtree(stale, ignore_errors=True)
     log_path = model_dir.with_name(model_dir.name + ".log")
-    code, train_s, rss = in_fresh_process(_run_timed, [*gpseq_command(), *args], str(log_path))
+    code, train_s, rss = in_fresh_process(run_timed, [*gpseq_command(), *args], str(log_path))
     if code != 0:
         tail = log_path.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"gpseq train exited with {code}; log {log_path}:\n{tail}")
@@ -260,7 +232,7 @@ def train_crf(train_file: Path, read_options: dict, feature_config: dict, workdi
     spec_path.write_text(json.dumps(spec))
     log_path = workdir / f"{name}.log"
     command = [sys.executable, str(Path(__file__).with_name("_crf_train.py")), str(spec_path)]
-    code, train_s, rss = in_fresh_process(_run_timed, command, str(log_path))
+    code, train_s, rss = in_fresh_process(run_timed, command, str(log_path))
     if code != 0:
         raise RuntimeError(f"CRFsuite training exited with {code}; log {log_path}:\n"
                            f"{log_path.read_text(errors='replace')[-3000:]}")
