@@ -309,8 +309,13 @@ def test_models_endpoint(client, trained):
 def test_health(client):
     reply = client.get("/health")
     assert reply.status_code == 200
-    assert reply.json() == {"status": "ok", "models": {"text": {"ready": True, "queued": 0},
-                                                       "rows": {"ready": True, "queued": 0}}}
+    body = reply.json()
+    process = body.pop("process")
+    assert body == {"status": "ok", "models": {"text": {"ready": True, "queued": 0},
+                                               "rows": {"ready": True, "queued": 0}}}
+    assert process["pid"] == os.getpid()  # the test client serves in this process
+    statm = Path("/proc/self/statm").read_text().split()  # resident pages, read here
+    assert process["resident_mib"] == pytest.approx(int(statm[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, rel=0.1)
 
 
 def test_metrics_count_requests_tokens_and_errors(client):
@@ -333,6 +338,8 @@ def test_metrics_count_requests_tokens_and_errors(client):
     assert 'gpseq_request_duration_seconds_bucket{endpoint="/tag",le="0.005"}' in after
     assert "# TYPE gpseq_request_duration_seconds histogram" in after
     assert metric(after, "gpseq_queue_requests", model="text") == 0
+    assert metric(after, "gpseq_requests_in_progress", endpoint="/tag") == 0
+    assert metric(after, "gpseq_requests_in_progress", endpoint="/metrics") == 1  # this one
     assert metric(after, "gpseq_batches_total", model="text") >= 1
 
 

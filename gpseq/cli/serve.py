@@ -2,44 +2,23 @@
 
 from __future__ import annotations
 
-import gc
 from typing import Annotated
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, Verbose, app, command, load_tagger, stderr
+from gpseq.cli.common import EXIT_CODES, Verbose, app, command, stderr, tagger_module
 from gpseq.errors import GpseqError
 from gpseq.serve import INSTALL_HINT, missing_extra
 from gpseq.serve.settings import ServeSettings
 
 DEFAULTS = ServeSettings()
-# The garbage collector's generation thresholds while serving (Python's default: 700, 10, 10).
-# Requests in flight keep thousands of young containers alive (rows, features, records), which
-# every collection traverses, and promote them to older generations: in a 15 s trial of
-# benchmarks/serve.py (8 sentences per request) the collector ran ~1,150 times for ~2.4 s at the
-# default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
-# with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
-def limit_blas_threads() -> None:
-    """One BLAS thread in the server process (threadpoolctl, of the serve extra; nothing without it).
-
-    The batch worker's matrix products are small ([B, V] × [V, V] per chain step) and OpenBLAS's
-    helper threads spin between them on the core the event loop needs: in 15 s trials of
-    benchmarks/serve.py (8 sentences per request, load average ~6) the server took 3.3 ms of CPU per
-    request with them and 2.3 ms without, for 30–34k and 45–47k tokens/s."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(1, user_api="blas")  # process-wide for the pthreads OpenBLAS of NumPy's wheels
 
 
 SERVE_EXAMPLES = """[b]Examples[/b]
 
   gpseq serve models/en_pos_conll2000
   gpseq serve pos=models/en_pos_conll2000 chunk=models/en_chunk_conll2000 --port 8080
+  gpseq serve models/en_pos_conll2000 --workers 1
 
   curl -s localhost:8000/tag -H 'Content-Type: application/json' \\
        -d '{"text": "The cat sat on the mat."}'
@@ -55,7 +34,11 @@ SERVE_EXAMPLES = """[b]Examples[/b]
   GET  /metrics  Prometheus text
   GET  /docs     OpenAPI documentation
 
-Needs the serve extra: pip install 'gpseq[serve]'. Stop with Ctrl-C or SIGTERM:
+Workers: one process tags on about one core, so by default the command starts
+one worker process per usable CPU (at most 8), each with its own copy of the
+models (each logs its resident memory when ready); /metrics sums them all.
+
+Needs the serve extra: pip install 'gpseq\\[serve]'. Stop with Ctrl-C or SIGTERM:
 requests in flight are answered first.
 
 """ + EXIT_CODES
@@ -84,6 +67,9 @@ def serve(
     = DEFAULTS.max_nbest,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its tags (504).")]
     = DEFAULTS.request_timeout,
+    workers: Annotated[int | None, typer.Option(help="Worker processes, each with its own copy of the models "
+                                                     "[default: one per usable CPU, at most 8].",
+                                                show_default=False)] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request (uvicorn's access log).")]
     = False,
     verbose: Verbose = False,
@@ -92,22 +78,18 @@ def serve(
     missing = missing_extra()
     if missing:
         raise GpseqError(f"{INSTALL_HINT} ({', '.join(missing)} missing)")
-    import uvicorn
-
-    from gpseq.serve.app import create_app
-    from gpseq.serve.models import load_models
+    from gpseq.serve.process import default_workers, serve as run_service, usable_cpus
 
     settings = ServeSettings(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                              max_tokens=max_tokens, max_samples=max_samples, max_nbest=max_nbest,
                              max_batch_sentences=max_batch_sentences, max_wait=max_wait_ms / 1000,
                              max_queue=max_queue, request_timeout=timeout).validate()
-    served = load_models(models, load_tagger)
-    application = create_app(served, settings)
-    gc.collect()
-    gc.freeze()  # the models and modules live as long as the process: out of the collector's sight
-    gc.set_threshold(*GC_THRESHOLDS)
-    limit_blas_threads()
-    names = ", ".join(f"{name} ({model.path})" for name, model in served.items())
-    stderr().print(f"serving {names} on http://{host}:{port} (API documentation: /docs)")
-    uvicorn.run(application, host=host, port=port, log_level="debug" if verbose else "info",
-                access_log=access_log, timeout_graceful_shutdown=timeout + 5, lifespan="on")
+    tagger_module()  # TensorFlow quiet unless --verbose, if a model needs it
+
+    def started(n_workers: int) -> None:
+        why = "" if workers is not None else f" (default: {usable_cpus()} usable CPUs, at most 8)"
+        stderr().print(f"serving {', '.join(models)} on http://{host}:{port} with {n_workers} worker "
+                       f"process{'es' if n_workers > 1 else ''}{why} (API documentation: /docs)")
+
+    run_service(models, settings, host=host, port=port, workers=workers if workers is not None else default_workers(),
+                log_level="debug" if verbose else "info", access_log=access_log, on_start=started)

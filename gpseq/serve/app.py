@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 
@@ -25,6 +26,7 @@ from gpseq.errors import ConfigError, GpseqError
 from gpseq.serve.batching import MicroBatcher, QueueFull, Stopped
 from gpseq.serve.metrics import Metrics
 from gpseq.serve.models import RequestError, ServedModel
+from gpseq.serve.process import rss_mib
 from gpseq.serve.schemas import ErrorResponse, HealthResponse, ModelsResponse, TagRequest, TagResponse
 from gpseq.serve.settings import ServeSettings
 from gpseq.serve.wire import dumps, parse_tag_request, tag_records, validation_message
@@ -77,6 +79,7 @@ class RequestGuard:
         started = time.perf_counter()
         endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
         status = [500]
+        self.metrics.request_started(endpoint)
 
         async def send_counted(message):
             if message["type"] == "http.response.start":
@@ -167,13 +170,16 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
                 batchers[name] = MicroBatcher(
                     served.tagger, name=name, max_batch_sentences=settings.max_batch_sentences,
                     max_wait=settings.max_wait, max_queue=settings.max_queue,
-                    on_batch=metrics.batch_observer(name)).start()
-            log.info("serving %s", ", ".join(models))
+                    on_batch=metrics.batch_observer(name), on_queue=metrics.queue_observer(name)).start()
+            # uvicorn's logger: each worker process of `gpseq serve` says what it holds
+            logging.getLogger("uvicorn.error").info("Process [%d] serving %s: resident memory %.0f MiB",
+                                                    os.getpid(), ", ".join(models), rss_mib())
             yield
         finally:  # uvicorn gets here after the in-flight requests are answered
             for batcher in batchers.values():
                 await run_in_threadpool(batcher.stop)
             batchers.clear()
+            metrics.close()
 
     app = FastAPI(title="gpseq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.models, app.state.batchers, app.state.metrics = settings, models, batchers, metrics
@@ -281,17 +287,21 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}},
              summary="Liveness")
     async def health() -> Response:
-        """200 when every model's batch worker runs (with its queue length), 503 otherwise."""
+        """200 when every model's batch worker runs (with its queue length), 503 otherwise; the
+        process that answered (one of the workers of `gpseq serve --workers N`) and its memory."""
         state = {name: {"ready": name in batchers and batchers[name].alive,
                         "queued": batchers[name].pending if name in batchers else 0} for name in models}
         ok = all(model["ready"] for model in state.values())
-        return JSONResponse({"status": "ok" if ok else "unavailable", "models": state}, status_code=200 if ok else 503)
+        return JSONResponse({"status": "ok" if ok else "unavailable", "models": state,
+                             "process": {"pid": os.getpid(), "resident_mib": round(rss_mib(), 1)}},
+                            status_code=200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {}}}})
     async def prometheus() -> Response:
-        """Requests, latency histogram, errors, sentences and tokens tagged, batches, queue."""
-        body = metrics.render({name: batcher.pending for name, batcher in batchers.items()})
+        """Requests, latency histogram, errors, sentences and tokens tagged, batches, queue: with
+        several worker processes, summed over all of them, whichever answers."""
+        body = metrics.render()
         return Response(body, media_type=metrics.content_type)
 
     return app

@@ -66,10 +66,12 @@ class MicroBatcher:
     """Tags the requests of one model in merged batches, in a worker thread of its own."""
 
     def __init__(self, tagger, *, name: str = "model", max_batch_sentences: int = 256, max_wait: float = 0.005,
-                 max_queue: int = 128, on_batch: Callable[[BatchStats], None] | None = None):
+                 max_queue: int = 128, on_batch: Callable[[BatchStats], None] | None = None,
+                 on_queue: Callable[[int], None] | None = None):
         self.tagger, self.name = tagger, name
         self.max_batch_sentences, self.max_wait, self.max_queue = max_batch_sentences, max_wait, max_queue
         self.on_batch = on_batch
+        self.on_queue = on_queue  # of the requests waiting, whenever that changes (under the lock)
         self._queue: queue.Queue = queue.Queue()  # bounded by `max_queue` in `submit`
         self._pending = 0  # jobs submitted and not yet taken by the worker
         self._lock = threading.Lock()
@@ -98,6 +100,8 @@ class MicroBatcher:
                 raise QueueFull(f"model {self.name!r} has {self._pending} requests waiting (the limit); retry later")
             self._pending += 1
             self._queue.put(job)
+            if self.on_queue is not None:
+                self.on_queue(self._pending)
         return job.future
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -122,6 +126,8 @@ class MicroBatcher:
         if item is not _STOP:
             with self._lock:
                 self._pending -= 1
+                if self.on_queue is not None:
+                    self.on_queue(self._pending)
         return item
 
     def _run(self) -> None:

@@ -112,6 +112,7 @@ class ModelsResponse(BaseModel):
 class HealthResponse(BaseModel):
     status: str
     models: dict[str, dict]
+    process: dict = Field(description="The process that answered: pid, resident_mib (its resident memory).")
 
 
 class ErrorResponse(BaseModel):

@@ -1,0 +1,214 @@
+"""Running the service: one process, or `workers` processes that share the listening socket.
+
+A `gpseq serve` process tags on about one core: its event loop and its batch worker share one
+interpreter lock (benchmarks/RESULTS.md, "Serving"). More cores need more processes, so the
+command starts one worker per usable CPU by default (at most `MAX_DEFAULT_WORKERS`). With more
+than one, uvicorn's supervisor (`uvicorn.supervisors.Multiprocess`, as `uvicorn --workers`) binds
+the socket once and spawns the workers; each loads the models itself (read-only, its own copy:
+memory grows by one model set per worker, each worker logs its resident memory when ready), runs
+its own micro-batcher and takes the connections it accepts from the shared socket. SIGTERM or
+Ctrl-C to the supervisor reaches every worker, which answers its requests in flight before it
+exits (uvicorn's graceful shutdown, then the batch workers finish their queues).
+
+Metrics across workers: prometheus-client's multiprocess mode. The supervisor makes a fresh
+directory for the run (`PROMETHEUS_MULTIPROC_DIR`, removed at exit); every worker's counters and
+histograms live in memory-mapped files there, and GET /metrics, whichever worker answers it,
+reports their sums over all workers of the run (a worker that died and was replaced still
+counts), the queue gauge summed over the live workers. One process serves /metrics from its
+own registry.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from gpseq.errors import ConfigError, GpseqError, InputFormatError
+from gpseq.serve.settings import ServeSettings
+
+log = logging.getLogger("gpseq.serve")
+
+MAX_DEFAULT_WORKERS = 8  # each worker holds its own copy of the models
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # "QUOTA PERIOD" or "max PERIOD" (cgroup v2)
+WORKER_ENV = "GPSEQ_SERVE_WORKER"  # what a spawned worker serves (JSON), set by the supervisor
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's own switch to its multiprocess mode
+WORKER_APP = "gpseq.serve.process:worker_app"
+STARTUP_FAILURE = 3  # a worker's exit status when it cannot start (uvicorn.config.STARTUP_FAILURE)
+# The garbage collector's generation thresholds while serving (Python's default: 700, 10, 10).
+# Requests in flight keep thousands of young containers alive (rows, features, records), which
+# every collection traverses, and promote them to older generations: in a 15 s trial of
+# benchmarks/serve.py (8 sentences per request) the collector ran ~1,150 times for ~2.4 s at the
+# default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
+# with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, within a cgroup v2 CPU quota if any."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        count = os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
+def default_workers() -> int:
+    """One worker per usable CPU, at most `MAX_DEFAULT_WORKERS`."""
+    return min(usable_cpus(), MAX_DEFAULT_WORKERS)
+
+
+def rss_mib() -> float:
+    """This process's resident memory, MiB (0 where /proc is absent)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread in a server process (threadpoolctl, of the serve extra; nothing without it).
+
+    The batch worker's matrix products are small ([B, V] × [V, V] per chain step) and OpenBLAS's
+    helper threads spin between them on the core the event loop needs: in 15 s trials of
+    benchmarks/serve.py (8 sentences per request, load average ~6) the server took 3.3 ms of CPU per
+    request with them and 2.3 ms without, for 30–34k and 45–47k tokens/s."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")  # process-wide for the pthreads OpenBLAS of NumPy's wheels
+
+
+def tune_process() -> None:
+    """What a serving process does once its models are loaded: the models and modules out of the
+    garbage collector's sight (they live as long as the process), higher thresholds, one BLAS thread."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    limit_blas_threads()
+
+
+def check_model_specs(specs: list[str]) -> None:
+    """The errors `load_models` would raise on the command line, without loading: the supervisor
+    reports them itself rather than through each worker's start-up failure."""
+    from gpseq.model_meta import read_model_meta
+    from gpseq.serve.models import NAME, parse_model_spec
+
+    names = set()
+    for spec in specs:
+        name, path = parse_model_spec(spec)
+        if not NAME.match(name):
+            raise ConfigError(f"{spec}: model name {name!r} must be letters, digits, '_', '.' or '-'; "
+                              "name it with NAME=DIR")
+        if name in names:
+            raise ConfigError(f"two models named {name!r}: name them with NAME=DIR")
+        names.add(name)
+        if not path.is_dir():
+            raise InputFormatError(path, None, "no such model directory")
+        read_model_meta(path)  # ModelFormatError: not a model directory, or of a newer format
+
+
+def absolute_spec(spec: str) -> str:
+    """A model spec with its directory absolute (a worker must not depend on its working directory)."""
+    from gpseq.serve.models import parse_model_spec
+
+    name, path = parse_model_spec(spec)
+    return f"{name}={path.resolve()}"
+
+
+def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
+          workers: int | None = None, log_level: str = "info", access_log: bool = False,
+          on_start=None) -> None:
+    """Serve `models` (specs `DIR` or `NAME=DIR`) until SIGTERM or Ctrl-C: in this process when
+    `workers` is 1, else in `workers` spawned processes (None: `default_workers()`).
+    `on_start(workers)` is called once the models are checked, before any worker starts."""
+    import uvicorn
+
+    settings = settings.validate()
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    common = dict(host=host, port=port, log_level=log_level, access_log=access_log, lifespan="on",
+                  timeout_graceful_shutdown=int(math.ceil(settings.request_timeout + 5)))
+    if workers == 1:
+        from gpseq.serve.app import create_app
+        from gpseq.serve.models import load_models
+        from gpseq.tagger import Tagger
+
+        application = create_app(load_models(models, Tagger.load), settings)
+        tune_process()
+        if on_start is not None:
+            on_start(workers)
+        uvicorn.run(application, **common)
+        return
+
+    from uvicorn.supervisors import Multiprocess
+
+    check_model_specs(models)
+    metrics_dir = tempfile.mkdtemp(prefix="gpseq-serve-metrics-")
+    saved = {name: os.environ.get(name) for name in (WORKER_ENV, METRICS_ENV)}
+    from gpseq import _tensorflow
+
+    os.environ[WORKER_ENV] = json.dumps({"models": [absolute_spec(spec) for spec in models],
+                                         "settings": asdict(settings), "quiet_tensorflow": _tensorflow.QUIET})
+    os.environ[METRICS_ENV] = metrics_dir  # inherited by the spawned workers
+    try:
+        config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, **common)
+        supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+        if on_start is not None:
+            on_start(workers)
+        supervisor.run()
+        if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+            raise GpseqError("a worker failed to start (its error is logged above)")
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def worker_app():
+    """The application of one spawned worker (uvicorn's factory): the models and settings the
+    supervisor put in `GPSEQ_SERVE_WORKER`, metrics in the run's multiprocess directory. A worker
+    that cannot load them exits with `STARTUP_FAILURE`, on which the supervisor stops (any other
+    exit, it would start the worker again)."""
+    logger = logging.getLogger("uvicorn.error")
+    try:
+        from gpseq import _tensorflow
+        from gpseq.serve.app import create_app
+        from gpseq.serve.models import load_models
+
+        try:
+            spec = json.loads(os.environ[WORKER_ENV])
+        except (KeyError, ValueError) as error:
+            raise ConfigError(f"{WORKER_ENV} is not set (a worker of `gpseq serve --workers N`)") from error
+        if not os.environ.get(METRICS_ENV):
+            raise ConfigError(f"{METRICS_ENV} is not set: the workers would count their metrics apart")
+        _tensorflow.QUIET = spec["quiet_tensorflow"]  # as the command's (--verbose)
+        from gpseq.tagger import Tagger
+
+        application = create_app(load_models(spec["models"], Tagger.load), ServeSettings(**spec["settings"]))
+    except GpseqError as error:
+        logger.error("Process [%d] cannot serve: %s", os.getpid(), error)
+        sys.exit(STARTUP_FAILURE)
+    except Exception:  # a bug: its traceback
+        logger.exception("Process [%d] cannot serve", os.getpid())
+        sys.exit(STARTUP_FAILURE)
+    tune_process()
+    return application
