@@ -823,3 +823,119 @@ def test_the_batch_worker_finishes_each_request_apart():
     finally:
         batcher.stop(WAIT)
     assert sum(map(len, Echo.calls)) == 6  # every sentence tagged once
+
+
+# ---- several worker processes (gpseq/serve/process.py) -------------------------------------------------
+def test_default_workers_one_per_usable_cpu_within_the_cgroup_quota(monkeypatch, tmp_path):
+    from gpseq.serve import process
+
+    cpu_max = tmp_path / "cpu.max"
+    monkeypatch.setattr(process, "CGROUP_CPU_MAX", cpu_max)  # absent: no quota
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert process.usable_cpus() == 16 and process.default_workers() == process.MAX_DEFAULT_WORKERS == 8
+    cpu_max.write_text("max 100000\n")
+    assert process.usable_cpus() == 16
+    cpu_max.write_text("150000 100000\n")  # 1.5 CPUs of quota
+    assert process.usable_cpus() == 2 and process.default_workers() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert process.usable_cpus() == 1 and process.default_workers() == 1
+
+
+@pytest.fixture(scope="module")
+def two_workers(trained, tmp_path_factory):
+    """`gpseq serve tiny=DIR --workers 2` on 127.0.0.1: (process, port, log path, its TMPDIR), once
+    both workers have started."""
+    directory, _ = trained["text"]
+    temporary = tmp_path_factory.mktemp("two_workers")  # the run's metrics directory goes here
+    log, port = temporary / "server.log", free_port()
+    with open(log, "w") as handle:
+        server = subprocess.Popen([sys.executable, "-m", "gpseq", "serve", f"tiny={directory}", "--port", str(port),
+                                   "--workers", "2"], stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(temporary)})
+    try:
+        deadline = time.monotonic() + 240
+        while log.read_text().count("Application startup complete") < 2:
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "two workers did not start in 240 s:\n" + log.read_text()
+            time.sleep(0.2)
+        yield server, port, log, temporary
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(WAIT)
+
+
+def test_two_workers_serve_one_port_and_metrics_count_both(two_workers, trained, test_sentences):
+    import httpx
+
+    server, port, log, temporary = two_workers
+    url = f"http://127.0.0.1:{port}"
+    sentences = [s.tokens for s in test_sentences[:6]]
+    expected = [r.labels for r in trained["text"][1].tag(sentences)]
+    n_tokens = sum(map(len, sentences))
+
+    def session(_):  # one connection: which worker accepted it, then three requests on it
+        with httpx.Client(base_url=url, timeout=WAIT) as client:
+            pid = client.get("/health").json()["process"]["pid"]
+            return pid, [client.post("/tag", json={"sentences": sentences}) for _ in range(3)]
+
+    pids, n_tag = set(), 0
+    for _ in range(5):  # rounds of 8 concurrent connections, until both workers have taken some
+        with ThreadPoolExecutor(8) as pool:
+            for pid, replies in pool.map(session, range(8)):
+                pids.add(pid)
+                n_tag += len(replies)
+                assert [r.status_code for r in replies] == [200] * 3
+                assert all([s["labels"] for s in r.json()["sentences"]] == expected for r in replies)
+        if len(pids) == 2:
+            break
+    assert len(pids) == 2 and server.pid not in pids, pids
+    for line in log.read_text().splitlines():  # each worker says what it holds
+        if "serving tiny: resident memory" in line:
+            assert float(re.search(r"resident memory (\d+) MiB", line).group(1)) > 0
+    assert sum("serving tiny: resident memory" in line for line in log.read_text().splitlines()) == 2
+
+    for _ in range(4):  # fresh connections: whichever worker answers, the sums over both
+        text = httpx.get(url + "/metrics", timeout=WAIT).text
+        assert metric(text, "gpseq_requests_total", endpoint="/tag", status="200") == n_tag
+        assert metric(text, "gpseq_request_duration_seconds_count", endpoint="/tag") == n_tag
+        assert metric(text, "gpseq_request_duration_seconds_bucket", endpoint="/tag", le="+Inf") == n_tag
+        assert metric(text, "gpseq_tokens_tagged_total", model="tiny") == n_tag * n_tokens
+        assert metric(text, "gpseq_sentences_tagged_total", model="tiny") == n_tag * len(sentences)
+        assert metric(text, "gpseq_requests_in_progress", endpoint="/tag") == 0
+        assert metric(text, "gpseq_requests_in_progress", endpoint="/metrics") == 1  # this one
+        assert metric(text, "gpseq_queue_requests", model="tiny") == 0
+    files = {path.name for path in next(temporary.glob("gpseq-serve-metrics-*")).iterdir()}
+    assert {f"counter_{pid}.db" for pid in pids} <= files  # both wrote their own counts
+
+
+def test_two_workers_answer_their_requests_in_flight_on_sigterm(two_workers, trained):
+    import httpx
+
+    server, port, log, temporary = two_workers
+    url = f"http://127.0.0.1:{port}"
+    words = "The committee approved the new budget on Tuesday , and it will fund three small projects".split()
+    sentences = [words + [str(i)] for i in range(600)]  # 600 sentences, 9,600 tokens
+    expected = [r.labels for r in trained["text"][1].tag(sentences)]
+    answered = []
+
+    def post(_):
+        reply = httpx.post(url + "/tag", json={"sentences": sentences}, timeout=WAIT)
+        answered.append(time.monotonic())
+        return reply
+
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(post, i) for i in range(16)]
+        wait_until(lambda: futures[0].done() or metric(httpx.get(url + "/metrics", timeout=WAIT).text,
+                                                       "gpseq_requests_in_progress", endpoint="/tag") == 16,
+                   "the 16 requests to reach the workers")
+        signalled = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        replies = [future.result(WAIT) for future in futures]
+    assert server.wait(WAIT) == 0
+    assert [r.status_code for r in replies] == [200] * 16
+    assert all([s["labels"] for s in r.json()["sentences"]] == expected for r in replies)
+    assert sum(t > signalled for t in answered) >= 1  # in flight when the signal came, answered after it
+    output = log.read_text()
+    assert output.count("Application shutdown complete") == 2 and "Traceback" not in output
+    assert not list(temporary.glob("gpseq-serve-metrics-*"))  # the run's metrics directory is removed
