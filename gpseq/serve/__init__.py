@@ -11,7 +11,9 @@ directory loaded once, read-only, with what a request needs from it), `batching`
 requests merged into one `Tagger.tag` call in one worker thread per model), `metrics`
 (Prometheus), `schemas` (the request and response bodies, documented), `wire` (POST /tag's
 body to a request and its results to JSON bytes, with little Python per token: a fast check of
-plain requests, records built per request, orjson), `app` (the FastAPI application).
+plain requests, records built per request, orjson), `app` (the FastAPI application), `process`
+(running it: in one process, or in one worker process per usable CPU under uvicorn's supervisor,
+with the metrics summed over the workers).
 `settings`, `models` and `batching` need nothing beyond gpseq; the others need the extra
 (its httptools, uvloop and orjson are for speed: without them uvicorn and `wire` use pure Python).
 """
