@@ -602,6 +602,8 @@ def test_serve_command_without_the_extra_says_how_to_install_it(monkeypatch, tra
     (["no/such/model"], 2, "no such model directory"),
     (["TEXT", "TEXT"], 4, "two models named"),
     (["TEXT", "--max-chars", "0"], 4, "max_chars"),
+    (["TEXT", "--workers", "0"], 4, "workers must be >= 1"),
+    (["TEXT", "TEXT", "--workers", "2"], 4, "two models named"),  # checked by the supervisor, before any worker
 ])
 def test_serve_command_errors(trained, arguments, code, reason):
     from typer.testing import CliRunner
@@ -863,6 +865,22 @@ def two_workers(trained, tmp_path_factory):
         if server.poll() is None:
             server.kill()
             server.wait(WAIT)
+
+
+def test_a_worker_that_cannot_load_its_model_stops_the_command(trained, tmp_path):
+    """Not a restart loop: uvicorn's supervisor starts a worker that exits again, except on startup failure."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(trained["text"][0], broken)
+    arrays = broken / "arrays.npz"
+    arrays.write_bytes(arrays.read_bytes()[:1000])  # truncated
+    command = [sys.executable, "-m", "gpseq", "serve", str(broken), "--port", str(free_port()), "--workers", "2"]
+    finished = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=240,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert finished.returncode == 1
+    assert finished.stderr.count("cannot serve") in (1, 2) and "truncated" in finished.stderr  # no worker again
+    assert finished.stderr.strip().splitlines()[-1] == "error: a worker failed to start (its error is logged above)"
 
 
 def test_two_workers_serve_one_port_and_metrics_count_both(two_workers, trained, test_sentences):

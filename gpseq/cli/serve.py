@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, Verbose, app, command, stderr, tagger_module
+from gpseq.cli.common import EXIT_CODES, Verbose, app, command, state, stderr
 from gpseq.errors import GpseqError
 from gpseq.serve import INSTALL_HINT, missing_extra
 from gpseq.serve.settings import ServeSettings
@@ -78,18 +78,19 @@ def serve(
     missing = missing_extra()
     if missing:
         raise GpseqError(f"{INSTALL_HINT} ({', '.join(missing)} missing)")
-    from gpseq.serve.process import default_workers, serve as run_service, usable_cpus
+    from gpseq import _tensorflow
+    from gpseq.serve.process import MAX_DEFAULT_WORKERS, default_workers, serve as run_service, usable_cpus
 
+    _tensorflow.QUIET = not state["verbose"]  # as `tagger_module` sets it, without importing the tagger here
     settings = ServeSettings(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                              max_tokens=max_tokens, max_samples=max_samples, max_nbest=max_nbest,
                              max_batch_sentences=max_batch_sentences, max_wait=max_wait_ms / 1000,
                              max_queue=max_queue, request_timeout=timeout).validate()
-    tagger_module()  # TensorFlow quiet unless --verbose, if a model needs it
 
     def started(n_workers: int) -> None:
-        why = "" if workers is not None else f" (default: {usable_cpus()} usable CPUs, at most 8)"
+        why = "" if workers is not None else f" (default: {usable_cpus()} usable CPUs, at most {MAX_DEFAULT_WORKERS})"
         stderr().print(f"serving {', '.join(models)} on http://{host}:{port} with {n_workers} worker "
                        f"process{'es' if n_workers > 1 else ''}{why} (API documentation: /docs)")
 
-    run_service(models, settings, host=host, port=port, workers=workers if workers is not None else default_workers(),
-                log_level="debug" if verbose else "info", access_log=access_log, on_start=started)
+    run_service(models, settings, host=host, port=port, workers=default_workers() if workers is None else workers,
+                log_level="debug" if state["verbose"] else "info", access_log=access_log, on_start=started)
