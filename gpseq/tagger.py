@@ -142,10 +142,12 @@ class Tagger:
                              f"{UNLABELLED!r})")
         featurizer = Featurizer(config.features).fit(train)
         label_index = {l: i for i, l in enumerate(labels)}
-        data = cls._sequence_data(featurizer, train, label_index)
         if method == "laplace":
+            from gpseq.training.batching import SentenceBlocks
             from gpseq.training.prior_path import train_laplace
 
+            # featurised a block at a time as the objective is built (the corpus matrix is never whole)
+            data = SentenceBlocks(train, lambda block: cls._sequence_data(featurizer, block, label_index))
             dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
             start = None
             if init is not None:
@@ -164,6 +166,8 @@ class Tagger:
             raise ConfigError("init (warm start) needs the default training (weight-space linear chain, "
                               f"method laplace); this configuration trains by {method}")
         from gpseq.training.svi import train_svi
+
+        data = cls._sequence_data(featurizer, train, label_index)
 
         tagger = train_svi(cls, config, featurizer, labels, data, dev, callbacks=callbacks,
                            checkpoint_dir=checkpoint_dir, resume=resume)

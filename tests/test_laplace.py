@@ -472,3 +472,27 @@ def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
     for width in (1, 7):
         dense = rng.normal(size=(40, width)).astype(np.float32)
         np.testing.assert_array_equal(blocks @ dense, matrix @ dense)
+
+
+def test_sentence_blocks_featurise_the_corpus_as_a_whole_transform_does():
+    """The default training featurises its corpus a block at a time (`SentenceBlocks`): the blocks,
+    concatenated, are the whole corpus's matrix and labels, and the objective is the same."""
+    from gpseq.training.batching import SentenceBlocks
+    from gpseq.training.prior_path import concatenate
+
+    sentences, featurizer, labels, data_of = _sample_problem()
+    whole = data_of(sentences)
+    blocks = SentenceBlocks(sentences, data_of, size=7)
+    assert len(blocks) == len(sentences) and blocks.n_tokens == whole.n_tokens == sum(map(len, sentences))
+    assert len(list(blocks)) == -(-len(sentences) // 7)
+    joined = concatenate(blocks)
+    assert (joined.rows != whole.rows).nnz == 0 and joined.rows.shape == whole.rows.shape
+    np.testing.assert_array_equal(joined.offsets, whole.offsets)
+    np.testing.assert_array_equal(joined.label_ids, whole.label_ids)
+    V = len(labels)
+    mine, reference = NumpyChainObjective(blocks, V, dtype="float64"), NumpyChainObjective(whole, V, dtype="float64")
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(mine.support, reference.support)
+    b, p, w = rng.normal(size=V), rng.normal(size=(V, V)), rng.normal(size=len(reference.support))
+    for a, e in zip(mine.value_and_grad(b, w, p), reference.value_and_grad(b, w, p)):
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-10)

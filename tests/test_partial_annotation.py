@@ -18,7 +18,7 @@ from gpseq.corpora import UNLABELLED, Sentence, read_conll, read_corpus, write_c
 from gpseq.errors import ConfigError, GpseqError, InputFormatError
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
-from gpseq.training.chain_objective import NumpyChainObjective
+from gpseq.training.chain_objective import CHUNK_TOKENS, MEMORY_TOKENS, NumpyChainObjective, chunk_bounds
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
@@ -128,13 +128,24 @@ def _enumerated_objective(data, V, b, w_dense, p):
     return value, g_b, g_w, g_p
 
 
-@pytest.mark.parametrize("seed,hidden", [(0, 0.5), (1, 0.3), (2, 0.8)])
-def test_partial_annotation_objective_and_gradient_equal_enumeration_over_the_unlabelled_tokens(seed, hidden):
+@pytest.mark.parametrize("seed,hidden,chunk_tokens,memory_tokens", [
+    (0, 0.5, CHUNK_TOKENS, MEMORY_TOKENS), (1, 0.3, CHUNK_TOKENS, MEMORY_TOKENS), (2, 0.8, CHUNK_TOKENS, MEMORY_TOKENS),
+    (0, 0.5, 7, MEMORY_TOKENS), (1, 0.3, 1, MEMORY_TOKENS), (2, 0.8, 7, 7), (0, 0.5, CHUNK_TOKENS, 0)])
+def test_partial_annotation_objective_and_gradient_equal_enumeration_over_the_unlabelled_tokens(
+        seed, hidden, chunk_tokens, memory_tokens, tmp_path):
+    """Also summed over chunks of the corpus (`chunk_tokens` 7: runs of sentences; 1: a chunk per
+    sentence, the longer ones over the budget), some or all of them written to disk and mapped back
+    (`memory_tokens` 7: the first chunk in memory, the rest spilled; 0: every chunk spilled)."""
     rng = np.random.default_rng(seed)
     V = 3
     data = _corpus(rng, np.array([5, 3, 1, 4, 2, 5, 3]), V=V, hidden=hidden)
     data.label_ids[data.offsets[1]:data.offsets[2]] = UNLABELLED_ID  # a sentence without any label: term 0
-    objective = NumpyChainObjective(data, V, dtype="float64")
+    objective = NumpyChainObjective(data, V, dtype="float64", chunk_tokens=chunk_tokens, memory_tokens=memory_tokens,
+                                    spill_dir=tmp_path)
+    kept = data.subset(np.flatnonzero(np.add.reduceat((data.label_ids >= 0).astype(int), data.offsets[:-1]) > 0))
+    assert len(objective.chunks) == len(chunk_bounds(kept.offsets, chunk_tokens)) > (chunk_tokens < 10)
+    assert objective.spilled == {MEMORY_TOKENS: 0, 7: len(objective.chunks) - 1, 0: len(objective.chunks)}[memory_tokens]
+    assert len(list(tmp_path.iterdir())) == (objective.spilled > 0)  # one directory of the objective's own
     support = objective.support
     b, p = rng.normal(size=V), rng.normal(size=(V, V))
     w_dense = np.zeros(data.rows.shape[1] * V)
@@ -151,6 +162,10 @@ def test_partial_annotation_objective_and_gradient_equal_enumeration_over_the_un
     seen = {(f, labels[t]) for t in range(len(labels)) if labels[t] >= 0 for f in np.flatnonzero(rows[t])}
     assert sorted(f * V + v for f, v in seen) == support.tolist()
     assert objective.n_tokens == int((labels >= 0).sum())
+    assert objective.fisher(b, w_dense.ravel()[support], p)[0] == pytest.approx(
+        NumpyChainObjective(data, V, dtype="float64").fisher(b, w_dense.ravel()[support], p)[0], rel=1e-12)
+    objective.close()
+    assert list(tmp_path.iterdir()) == []  # the spilled chunks deleted with the objective
 
 
 def test_fully_labelled_corpus_gives_the_exact_chain_likelihood_and_unlabelled_sentences_add_nothing():
@@ -158,7 +173,7 @@ def test_fully_labelled_corpus_gives_the_exact_chain_likelihood_and_unlabelled_s
     V = 3
     full = _corpus(rng, np.array([5, 3, 1, 4]), V=V, hidden=0.0)
     objective = NumpyChainObjective(full, V, dtype="float64")
-    assert objective.partial_layout is None
+    assert len(objective.chunks) == 1 and objective.chunks[0].partial_layout is None and not objective.spilled
     support = objective.support
     b, p = rng.normal(size=V), rng.normal(size=(V, V))
     w = rng.normal(size=len(support))
@@ -169,8 +184,8 @@ def test_fully_labelled_corpus_gives_the_exact_chain_likelihood_and_unlabelled_s
     assert value == pytest.approx(expected[0], rel=1e-12)
     np.testing.assert_allclose(g_w, expected[2].ravel()[support], atol=1e-10)
     # the formula of the fully labelled objective, term by term: log Z − gold score
-    layout = objective.layout
-    unary = objective.rows @ w_dense.reshape(-1, V) + b
+    layout = objective.chunks[0].layout
+    unary = objective.chunks[0].rows @ w_dense.reshape(-1, V) + b
     marg, pair_sum, log_z = layout.forward_backward(unary, p)
     labels = full.label_ids[layout.order]
     gold = unary[np.arange(len(labels)), labels].sum() + np.sum(layout.transition_counts(labels, V) * p)
@@ -344,3 +359,46 @@ def test_cli_trains_on_question_mark_labels_saves_tags_and_evaluates_skipping_th
     assert result.exit_code != 0
     assert "partial annotation" in result.stderr and "train.conll:" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_chunk_bounds_cover_the_corpus_in_runs_within_the_budget():
+    offsets = np.concatenate([[0], np.cumsum([5, 3, 1, 4, 2, 9, 3])])
+    assert chunk_bounds(offsets, 7) == [(0, 1), (1, 3), (3, 5), (5, 6), (6, 7)]
+    assert chunk_bounds(offsets, 9) == [(0, 3), (3, 5), (5, 6), (6, 7)]
+    assert chunk_bounds(offsets, 100) == [(0, 7)]
+    assert chunk_bounds(np.array([0]), 5) == []
+
+
+def test_chunked_fisher_equals_the_whole_corpus_fisher():
+    rng = np.random.default_rng(5)
+    V = 3
+    data = _corpus(rng, np.array([5, 3, 1, 4, 2, 5, 3]), V=V, hidden=0.3)
+    whole = NumpyChainObjective(data, V, dtype="float64")
+    chunked = NumpyChainObjective(data, V, dtype="float64", chunk_tokens=4)
+    assert len(chunked.chunks) > 3 and np.array_equal(whole.support, chunked.support)
+    b, p, w = rng.normal(size=V), rng.normal(size=(V, V)), rng.normal(size=len(whole.support))
+    for mine, reference in zip(chunked.fisher(b, w, p), whole.fisher(b, w, p)):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_an_extended_objective_equals_the_objective_of_the_concatenated_corpus(tmp_path):
+    """`extended` (the refit on train + dev) shares the first objective's chunks, spilled or not."""
+    rng = np.random.default_rng(6)
+    V = 3
+    first = _corpus(rng, np.array([5, 3, 1, 4, 2]), V=V, hidden=0.3)
+    second = _corpus(rng, np.array([4, 6, 2]), V=V, hidden=0.0)
+    both = SequenceData(sp.vstack([first.rows, second.rows], format="csr"),
+                        np.concatenate([first.offsets, first.offsets[-1] + second.offsets[1:]]),
+                        np.concatenate([first.label_ids, second.label_ids]))
+    reference = NumpyChainObjective(both, V, dtype="float64")
+    base = NumpyChainObjective(first, V, dtype="float64", chunk_tokens=6, memory_tokens=6, spill_dir=tmp_path)
+    extended = base.extended(second)
+    assert base.spilled > 0 and extended.spilled > base.spilled
+    assert np.array_equal(extended.support, reference.support) and extended.n_tokens == reference.n_tokens
+    b, p, w = rng.normal(size=V), rng.normal(size=(V, V)), rng.normal(size=len(reference.support))
+    for mine, expected in zip(extended.value_and_grad(b, w, p) + extended.fisher(b, w, p),
+                              reference.value_and_grad(b, w, p) + reference.fisher(b, w, p)):
+        np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-12)
+    assert np.isfinite(base.value_and_grad(b, np.zeros(len(base.support)), p)[0])  # still usable
+    extended.close()
+    assert list(tmp_path.iterdir()) == []

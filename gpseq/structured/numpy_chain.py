@@ -50,10 +50,27 @@ class TimeMajor:
             if steps > 1 else np.zeros(0, np.int64)
         # the sentence (layout order) of each time-major row
         self.sentence_of = np.concatenate([np.arange(n) for n in self.running]) if steps else np.zeros(0, np.int64)
+        self._set_steps()
+
+    _ARRAYS = ("sentences", "lengths", "running", "starts", "order", "left", "right", "sentence_of")
+
+    def arrays(self) -> dict:
+        """The layout's arrays by name (`from_arrays` restores the layout from them)."""
+        return {name: getattr(self, name) for name in self._ARRAYS}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict) -> "TimeMajor":
+        layout = cls.__new__(cls)
+        for name in cls._ARRAYS:
+            setattr(layout, name, arrays[name])
+        layout._set_steps()
+        return layout
+
+    def _set_steps(self) -> None:
         # step t ≥ 1 as plain ints: (first row of step t − 1, rows of step t): the recursions' loops
         # run once per step and position, and NumPy scalars or slice objects there cost more than the products
-        starts = self.starts.tolist()
-        self._steps = [(starts[t - 1], starts[t], starts[t + 1]) for t in range(1, steps)]
+        starts = np.asarray(self.starts).tolist()
+        self._steps = [(starts[t - 1], starts[t], starts[t + 1]) for t in range(1, len(starts) - 1)]
 
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))

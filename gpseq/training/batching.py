@@ -45,6 +45,10 @@ class SequenceData:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
     def subset(self, sentence_ids: np.ndarray) -> "SequenceData":
         """The sentences `sentence_ids` (in that order) as a new SequenceData."""
         sentence_ids = np.asarray(sentence_ids, dtype=np.int64)
@@ -72,6 +76,26 @@ class SequenceData:
         starts = self.offsets[owner] + (lengths[owner] * index) // pieces[owner]
         stops = self.offsets[owner] + (lengths[owner] * (index + 1)) // pieces[owner]
         return self.slices(starts, stops)
+
+
+class SentenceBlocks:
+    """A corpus featurised block by block as it is iterated: `featurise(block)` → SequenceData of
+    `size` sentences at a time (what the default training's objective consumes), so a large corpus
+    is never featurised whole."""
+
+    def __init__(self, sentences: list, featurise, size: int = 4096):
+        self.sentences, self.featurise, self.size = sentences, featurise, size
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s) for s in self.sentences)
+
+    def __iter__(self):
+        for start in range(0, len(self.sentences), self.size):
+            yield self.featurise(self.sentences[start : start + self.size])
 
 
 def make_batch(

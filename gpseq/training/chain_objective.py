@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from gpseq.training.batching import UNLABELLED_ID, SequenceData
 
 
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
+CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
+MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
 _POOL: list = []
 
 
@@ -101,79 +104,241 @@ def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
     return np.unique(flat)
 
 
-class NumpyChainObjective:
-    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64), tokens in time-major order;
-    `data` may be partially labelled (`UNLABELLED_ID`). Small products: run it with BLAS on one
-    thread (`train_laplace` does), faster than several."""
+def chunk_bounds(offsets: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive sentence ranges [low, high) of at most `chunk_tokens` tokens each (a longer
+    sentence is a range of its own) covering the corpus of sentence `offsets [B+1]`."""
+    bounds, low, n = [], 0, len(offsets) - 1
+    while low < n:
+        high = int(np.searchsorted(offsets, offsets[low] + chunk_tokens, side="right")) - 1
+        high = min(max(high, low + 1), n)
+        bounds.append((low, high))
+        low = high
+    return bounds
 
-    def __init__(self, data: SequenceData, num_labels: int, *, dtype="float32"):
-        self.num_labels = V = int(num_labels)
-        self.num_features = D = int(data.rows.shape[1])
-        self.dtype = dtype = np.dtype(dtype)
-        known = data.label_ids >= 0
-        if np.any(~known & (data.label_ids != UNLABELLED_ID)):
-            raise ValueError("the corpus objective needs every token's label known or marked unlabelled")
-        labelled = np.add.reduceat(known.astype(np.int64), data.offsets[:-1]) if len(data) else np.zeros(0)
-        if not labelled.any():
-            raise ValueError("the corpus objective needs at least one labelled token")
-        if not labelled.all():  # no labelled token: no evidence, a term of 0
-            data = data.subset(np.flatnonzero(labelled))
-            known = data.label_ids >= 0
-        self.layout = layout = TimeMajor(data.offsets)
-        rows = data.rows[layout.order].astype(dtype)
-        self.rows = RowBlocks(rows)
-        self.rows_t = RowBlocks(rows.T)  # Xᵀ as CSR: the gradient product reads it row by row
+
+def _csr(data, indices, indptr, shape):
+    """A CSR matrix on these arrays as they are (memory-mapped ones stay mapped: SciPy's
+    constructor may copy or re-type them)."""
+    import scipy.sparse as sp
+
+    matrix = sp.csr_matrix(tuple(shape), dtype=data.dtype)
+    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
+    return matrix
+
+
+class ChainChunk:
+    """The objective's arrays for one run of consecutive sentences of the corpus: the time-major
+    layout, X and Xᵀ in that order, the gold labels and transition counts (`arrays`, what a
+    spilled chunk writes); `value_and_grad` and `fisher` of its sentences at dense weights,
+    gradients gathered on the corpus `support`."""
+
+    def __init__(self, arrays: dict, num_labels: int):
+        self.arrays_ = arrays
+        self.layout = TimeMajor.from_arrays({k[7:]: v for k, v in arrays.items() if k.startswith("layout_")})
+        rows, rows_t = (_csr(arrays[f"{name}_data"] if "ones" not in arrays else arrays["ones"],
+                             arrays[f"{name}_indices"], arrays[f"{name}_indptr"], arrays[f"{name}_shape"])
+                        for name in ("rows", "rows_t"))
+        self.rows, self.rows_t = RowBlocks(rows), RowBlocks(rows_t)
         # X∘X for the Fisher diagonal: X itself when every value is 1 (indicator features, the
         # presets), which spares a third copy of the corpus matrix
-        self.rows_squared_t = self.rows_t if np.all(rows.data == 1) else RowBlocks(rows.multiply(rows).T)
-        self.labels = data.label_ids[layout.order].astype(np.int64)
+        self.rows_squared_t = self.rows_t if "ones" in arrays else RowBlocks(rows.multiply(rows).T)
+        self.dtype = rows.dtype
+        self.token, self.gold, self.transitions = arrays["token"], arrays["gold"], arrays["transitions"]
+        self.n_tokens = int(arrays["n_tokens"][0])
+        self.partial_layout = None
+        if "partial_rows" in arrays:
+            self.partial_layout = TimeMajor.from_arrays({k[8:]: v for k, v in arrays.items() if k.startswith("partial_")
+                                                         and k != "partial_rows"})
+            labels = arrays["labels"][arrays["partial_rows"]]
+            self.partial_rows = arrays["partial_rows"]
+            self.allowed = (labels[:, None] == np.arange(num_labels)) | (labels[:, None] < 0)  # [N_p, V]
+
+    @classmethod
+    def build(cls, data: SequenceData, num_labels: int, dtype) -> "ChainChunk":
+        """The chunk of the sentences of `data` (each with a labelled token)."""
+        V = num_labels
+        known = data.label_ids >= 0
+        layout = TimeMajor(data.offsets)
+        rows = data.rows[layout.order].astype(dtype)
+        rows_t = rows.T.tocsr()  # Xᵀ as CSR: the gradient product reads it row by row
+        arrays = {f"layout_{k}": v for k, v in layout.arrays().items()}
+        for name, matrix in (("rows", rows), ("rows_t", rows_t)):
+            arrays.update({f"{name}_indices": matrix.indices, f"{name}_indptr": matrix.indptr,
+                           f"{name}_shape": np.array(matrix.shape)})
+            if not np.all(rows.data == 1):
+                arrays[f"{name}_data"] = matrix.data
+        if np.all(rows.data == 1):
+            arrays["ones"] = np.ones(rows.nnz, dtype)
+        labels = data.label_ids[layout.order].astype(np.int64)
         partial = np.add.reduceat((~known).astype(np.int64), data.offsets[:-1]) > 0  # [B] corpus order
         in_full = ~partial[layout.sentences][layout.sentence_of]  # [N] time-major
-        self.token = np.flatnonzero(in_full)  # the tokens of fully labelled sentences, scored by their gold path
-        self.gold = self.labels[self.token]
-        self.transitions = layout.transition_counts(self.labels, V, where=in_full)
-        self.n_tokens = int(known.sum())  # the labelled tokens: the evidence (per-token figures)
-        self.support = observed_pairs(data, V)
-        self._dense = np.zeros(D * V, dtype)
-        self.partial_layout = None
+        token = np.flatnonzero(in_full)  # the tokens of fully labelled sentences, scored by their gold path
+        arrays.update(labels=labels, token=token, gold=labels[token], n_tokens=np.array([known.sum()]),
+                      transitions=layout.transition_counts(labels, V, where=in_full),
+                      pairs=observed_pairs(data, V))
         if partial.any():  # a layout of their own: the constrained chain runs on these sentences only
             sentences = np.flatnonzero(partial)
-            self.partial_layout = TimeMajor(data.subset(sentences).offsets)
+            partial_layout = TimeMajor(data.subset(sentences).offsets)
             corpus_token = ranges(data.offsets[sentences], data.offsets[sentences + 1])
             time_major_row = np.empty(len(layout.order), np.int64)
             time_major_row[layout.order] = np.arange(len(layout.order))
-            self.partial_rows = time_major_row[corpus_token[self.partial_layout.order]]  # [N_p] rows of `rows`
-            labels = self.labels[self.partial_rows]
-            self.allowed = (labels[:, None] == np.arange(V)) | (labels[:, None] < 0)  # [N_p, V]
+            arrays.update({f"partial_{k}": v for k, v in partial_layout.arrays().items()})
+            arrays["partial_rows"] = time_major_row[corpus_token[partial_layout.order]]  # [N_p] rows of `rows`
+        return cls(arrays, V)
 
-    def _unary(self, b, w_support):
-        self._dense[self.support] = w_support
-        return self.rows @ self._dense.reshape(self.num_features, self.num_labels) + b.astype(self.dtype)
-
-    def value_and_grad(self, b, w_support, p):
-        """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]), float64."""
-        unary = self._unary(b, w_support)
-        pairwise = np.asarray(p, self.dtype)
-        marg, pair_sum, log_z = self.layout.forward_backward(unary, pairwise)
+    def value_and_grad(self, b, weights, pairwise, support):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂w on `support` [P], ∂/∂P [V, V]) of this chunk at
+        `weights [D, V]` (dense, `dtype`), float64."""
+        unary = self.rows @ weights + b.astype(self.dtype)
+        p = np.asarray(pairwise, self.dtype)
+        marg, pair_sum, log_z = self.layout.forward_backward(unary, p)
         gold = unary[self.token, self.gold]
-        score = gold.sum(dtype=np.float64) + np.sum(self.transitions * p)
+        score = gold.sum(dtype=np.float64) + np.sum(self.transitions * pairwise)
         resid = marg
         resid[self.token, self.gold] -= 1.0
         target_pair_sum = self.transitions
         if self.partial_layout is not None:  # E_{p|observed} in place of the gold path
             observed_marg, observed_pair_sum, log_z_observed = self.partial_layout.constrained_forward_backward(
-                unary[self.partial_rows], pairwise, self.allowed)
+                unary[self.partial_rows], p, self.allowed)
             score += log_z_observed.sum()
             resid[self.partial_rows] -= observed_marg
             target_pair_sum = self.transitions + observed_pair_sum
-        g_w = (self.rows_t @ resid).ravel()[self.support]
+        del unary
+        g_w = (self.rows_t @ resid).ravel()[support]
         return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64), g_w.astype(np.float64),
                 pair_sum.astype(np.float64) - target_pair_sum)
+
+    def fisher(self, b, weights, pairwise, support):
+        """The chunk's Fisher diagonals of (b [V], w on `support` [P], P [V, V]), float64."""
+        marg, pair_sum, _ = self.layout.forward_backward(self.rows @ weights + b.astype(self.dtype),
+                                                         np.asarray(pairwise, self.dtype))
+        curvature = marg * (1.0 - marg)
+        f_w = (self.rows_squared_t @ curvature).ravel()[support]
+        return curvature.sum(0, dtype=np.float64), f_w.astype(np.float64), pair_sum.astype(np.float64)
+
+
+class SpilledChunk:
+    """A `ChainChunk` written to `directory` (one .npy per array) and mapped back for each use: its
+    memory is the operating system's page cache between uses, not the process's."""
+
+    def __init__(self, chunk: ChainChunk, directory: Path, num_labels: int):
+        directory.mkdir()
+        for name, array in chunk.arrays_.items():
+            np.save(directory / f"{name}.npy", np.ascontiguousarray(array))
+        self.directory, self.num_labels, self.n_tokens = directory, num_labels, chunk.n_tokens
+
+    def load(self) -> ChainChunk:
+        return ChainChunk({path.stem: np.load(path, mmap_mode="r") for path in self.directory.glob("*.npy")},
+                          self.num_labels)
+
+    def value_and_grad(self, *args):
+        return self.load().value_and_grad(*args)
+
+    def fisher(self, *args):
+        return self.load().fisher(*args)
+
+
+def _parts(data) -> list:
+    return [data] if isinstance(data, SequenceData) else data
+
+
+class NumpyChainObjective:
+    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64), summed over chunks of at
+    most `chunk_tokens` tokens of consecutive sentences (`ChainChunk`, tokens in time-major order
+    within each): the forward–backward's token-by-label arrays (ten or so of `[N, V]` at once)
+    exist for one chunk at a time; the sums are the same up to float64 rounding. `data`: a
+    SequenceData or an iterable of them (the parts of one corpus, e.g. train and dev, or blocks
+    featurised one at a time), partially labelled or not (`UNLABELLED_ID`).
+
+    Past `memory_tokens` tokens the chunks are written to a temporary directory (`spill_dir`, else
+    the system's) and mapped back one at a time for each evaluation (`SpilledChunk`): the memory of
+    a large corpus's fit stays within `memory_tokens` tokens' worth of chunks, plus one chunk and
+    the weights; the directory goes with the objective (`close`, or garbage collection).
+    Small products: run it with BLAS on one thread (`train_laplace` does), faster than several."""
+
+    def __init__(self, data, num_labels: int, *, dtype="float32", chunk_tokens: int = CHUNK_TOKENS,
+                 memory_tokens: int = MEMORY_TOKENS, spill_dir=None):
+        self.num_labels = V = int(num_labels)
+        self.dtype = dtype = np.dtype(dtype)
+        self.chunks, self.n_tokens, in_memory, pairs = [], 0, 0, []
+        self.num_features, self._spill, self._spill_dir = None, None, spill_dir
+        self._chunk_tokens, self._memory_tokens, self._owners = chunk_tokens, memory_tokens, ()
+        for part in _parts(data):
+            self.num_features = int(part.rows.shape[1])
+            known = part.label_ids >= 0
+            if np.any(~known & (part.label_ids != UNLABELLED_ID)):
+                raise ValueError("the corpus objective needs every token's label known or marked unlabelled")
+            labelled = np.add.reduceat(known.astype(np.int64), part.offsets[:-1]) if len(part) else np.zeros(0)
+            if not labelled.all():  # no labelled token: no evidence, a term of 0
+                part = part.subset(np.flatnonzero(labelled))
+            bounds = chunk_bounds(part.offsets, chunk_tokens)
+            for low, high in bounds:
+                chunk = ChainChunk.build(part if len(bounds) == 1 else part.subset(np.arange(low, high)), V, dtype)
+                pairs.append(chunk.arrays_.pop("pairs"))
+                if len(pairs) > 16:  # the union so far: support-sized, whatever the number of chunks
+                    pairs = [np.unique(np.concatenate(pairs))]
+                self.n_tokens += chunk.n_tokens
+                tokens = len(chunk.arrays_["labels"])
+                if in_memory + tokens > memory_tokens:
+                    chunk = SpilledChunk(chunk, self._spill_directory() / str(len(self.chunks)), V)
+                else:
+                    in_memory += tokens
+                self.chunks.append(chunk)
+        if not self.n_tokens:
+            raise ValueError("the corpus objective needs at least one labelled token")
+        self.support = np.unique(np.concatenate(pairs))
+        self._dense = np.zeros(self.num_features * V, dtype)
+
+    def extended(self, data) -> "NumpyChainObjective":
+        """The objective of this corpus and `data`'s sentences (SequenceData or parts): this one's
+        chunks are shared, not rebuilt (it stays usable; its spilled chunks live as long as either)."""
+        kept = sum(len(c.arrays_["labels"]) for c in self.chunks if isinstance(c, ChainChunk))
+        more = NumpyChainObjective(data, self.num_labels, dtype=self.dtype, chunk_tokens=self._chunk_tokens,
+                                   memory_tokens=max(0, self._memory_tokens - kept), spill_dir=self._spill_dir)
+        both = NumpyChainObjective.__new__(NumpyChainObjective)
+        both.__dict__.update(more.__dict__)
+        both.chunks, both.n_tokens = self.chunks + more.chunks, self.n_tokens + more.n_tokens
+        both.support = np.union1d(self.support, more.support)
+        both._spill, both._owners = None, (self, more)  # theirs: the spill directories
+        return both
+
+    def _spill_directory(self) -> Path:
+        if self._spill is None:
+            import tempfile
+
+            self._spill = tempfile.TemporaryDirectory(prefix="gpseq-objective-", dir=self._spill_dir)
+        return Path(self._spill.name)
+
+    @property
+    def spilled(self) -> int:
+        """The number of chunks written to disk."""
+        return sum(isinstance(chunk, SpilledChunk) for chunk in self.chunks)
+
+    def close(self) -> None:
+        """Delete the spilled chunks (the objective is unusable after)."""
+        for owner in self._owners:
+            owner.close()
+        if self._spill is not None:
+            self._spill.cleanup()
+            self._spill = None
+        self.chunks = []
+
+    def _weights(self, w_support):
+        self._dense[self.support] = w_support
+        return self._dense.reshape(self.num_features, self.num_labels)
+
+    def _summed(self, method: str, b, w_support, p) -> tuple:
+        weights, total = self._weights(w_support), None
+        for chunk in self.chunks:  # summed as they come: one chunk's arrays alive at a time
+            part = getattr(chunk, method)(b, weights, p, self.support)
+            total = list(part) if total is None else [a + c for a, c in zip(total, part)]
+        return tuple(total)
+
+    def value_and_grad(self, b, w_support, p):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]), float64."""
+        return self._summed("value_and_grad", b, w_support, p)
 
     def fisher(self, b, w_support, p):
         """Fisher diagonals of (b [V], w on the support [P], P [V, V]), float64: the model marginals'
         over every token, labelled or not (module docstring)."""
-        marg, pair_sum, _ = self.layout.forward_backward(self._unary(b, w_support), np.asarray(p, self.dtype))
-        curvature = marg * (1.0 - marg)
-        f_w = (self.rows_squared_t @ curvature).ravel()[self.support]
-        return curvature.sum(0, dtype=np.float64), f_w.astype(np.float64), pair_sum.astype(np.float64)
+        return self._summed("fisher", b, w_support, p)

@@ -26,13 +26,15 @@ from gpseq.training.laplace import LaplaceFit, average_fit, calibrate, fit_lapla
 FOLD_BUDGET_SHARE = 0.4
 
 
-def concatenate(first: SequenceData, second: SequenceData) -> SequenceData:
-    """The sentences of `first` then those of `second` (both labelled)."""
+def concatenate(*parts) -> SequenceData:
+    """The sentences of the parts in order (labelled SequenceData, or `SentenceBlocks`) as one."""
     import scipy.sparse as sp
 
-    offsets = np.concatenate([first.offsets, first.offsets[-1] + second.offsets[1:]])
-    return SequenceData(sp.vstack([first.rows, second.rows], format="csr"), offsets,
-                        np.concatenate([first.label_ids, second.label_ids]))
+    parts = [piece for part in parts for piece in ([part] if isinstance(part, SequenceData) else part)]
+    starts = np.cumsum([0] + [part.n_tokens for part in parts[:-1]])
+    offsets = np.concatenate([[0]] + [start + part.offsets[1:] for start, part in zip(starts, parts)])
+    return SequenceData(sp.vstack([part.rows for part in parts], format="csr"), offsets.astype(np.int64),
+                        np.concatenate([part.label_ids for part in parts]))
 
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
@@ -76,7 +78,7 @@ def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -
     `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds."""
     if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
         return False
-    tokens = len(data.label_ids) + len(dev_data.label_ids)
+    tokens = data.n_tokens + dev_data.n_tokens
     return tokens <= training.cross_fit_tokens and len(data) + len(dev_data) >= 2 * training.cross_fit_folds
 
 
@@ -129,10 +131,12 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     if crossfit or has_dev and tcfg.refit_with_dev:
         # sentences of dev with a label train never saw cannot be trained on (unlabelled tokens can)
         clean = np.add.reduceat((dev_data.label_ids == UNKNOWN_LABEL_ID).astype(np.int64), dev_data.offsets[:-1]) == 0
-        combined = concatenate(data, dev_data.subset(np.flatnonzero(clean)))
+        combined = [data, dev_data.subset(np.flatnonzero(clean))]  # the parts of one objective
+        refit_sentences = len(data) + len(combined[1])
     scores: dict = {"method": "laplace"}
     if crossfit:
         # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
+        combined = concatenate(*combined)
         folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
         total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit * (init is not None)
         objectives = [NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
@@ -189,10 +193,12 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         if has_dev and tcfg.refit_with_dev:
             # the held-out split has served (prior, calibration); the final weights see it too
             total += refit
-            del objective
-            chosen = fit(NumpyChainObjective(combined, num_labels, dtype=config.dtype), prior, refit, chosen)
+            if (combined[1].label_ids >= 0).any():  # its chunks and the dev split's
+                objective = objective.extended(combined[1])
+            chosen = fit(objective, prior, refit, chosen)
             iterations.extend(chosen.report.iterations)
-            scores["refit_sentences"] = len(combined)
+            scores["refit_sentences"] = refit_sentences
+        objective.close()
     scores.update(prior_variance=prior[0], l1=prior[1], prior_variances=report.prior_variances,
                   objective_per_token=report.objective_per_token)
     if crossfit or len(grid) > 1:  # the held-out NLL of each candidate
