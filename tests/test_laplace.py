@@ -496,3 +496,21 @@ def test_sentence_blocks_featurise_the_corpus_as_a_whole_transform_does():
     b, p, w = rng.normal(size=V), rng.normal(size=(V, V)), rng.normal(size=len(reference.support))
     for a, e in zip(mine.value_and_grad(b, w, p), reference.value_and_grad(b, w, p)):
         np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-10)
+
+
+def test_calibration_in_parts_equals_calibration_on_the_whole_dev_split(monkeypatch):
+    """`calibrate` runs the dev split in parts of `CHUNK_TOKENS` tokens: the same (α, T) and NLL."""
+    import gpseq.training.chain_objective as chain_objective
+    from gpseq.training.laplace import calibrate
+
+    sentences, featurizer, labels, data_of = _sample_problem()
+    groups, names = featurizer.column_groups()
+    fit = fit_laplace(NumpyChainObjective(data_of(sentences[:36]), len(labels)), groups, names, max_iterations=30)
+    dev = data_of(sentences[36:])
+    whole = calibrate(fit, dev)
+    monkeypatch.setattr(chain_objective, "CHUNK_TOKENS", 40)
+    assert len(chain_objective.chunk_bounds(dev.offsets, 40)) > 3
+    parts = calibrate(fit, dev)
+    assert parts.keys() == whole.keys()
+    for key in whole:
+        assert parts[key] == pytest.approx(whole[key], rel=1e-9)

@@ -29,7 +29,7 @@ import numpy as np
 
 from gpseq.errors import NumericalError
 from gpseq.training.batching import SequenceData
-from gpseq.training.calibration import fit_calibration
+from gpseq.training.calibration import fit_calibration_parts
 from gpseq.training.lbfgs import minimize_lbfgs
 
 
@@ -190,10 +190,16 @@ def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
 
 
 def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
-    """`fit_calibration` of the fit's predictive on the labelled `dev` split."""
-    mean, variance = fit.unary_moments(dev.rows)
-    return fit_calibration(mean, variance, fit.pairwise, fit.pairwise_variance, dev.label_ids, dev.offsets,
-                           **options)
+    """`fit_calibration` of the fit's predictive on the labelled `dev` split, in parts of at most
+    `CHUNK_TOKENS` tokens (the forward–backward's arrays of one part at a time)."""
+    from gpseq.training.chain_objective import CHUNK_TOKENS, chunk_bounds
+
+    parts = []
+    for low, high in chunk_bounds(dev.offsets, CHUNK_TOKENS):
+        part = dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high))
+        parts.append((*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance, part.label_ids,
+                      part.offsets))
+    return fit_calibration_parts(parts, **options)
 
 
 def _softplus_inverse(x):
