@@ -65,9 +65,9 @@ class LaplaceFit:
     def num_labels(self) -> int:
         return len(self.bias)
 
-    def dense(self, values: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    def dense(self, values: np.ndarray, fill: float = 0.0, dtype=np.float64) -> np.ndarray:
         """`values` on the support as a `[D, V]` array (`fill` elsewhere)."""
-        out = np.full(self.num_features * self.num_labels, fill, dtype=np.float64)
+        out = np.full(self.num_features * self.num_labels, fill, dtype=dtype)
         out[self.support] = values
         return out.reshape(self.num_features, self.num_labels)
 
@@ -213,15 +213,18 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
     `StructuredGP.get_state` names them (Softplus-constrained variables by their pre-transformed
     values): what `Tagger.save` writes and `StructuredGP.set_state` reads, without TensorFlow."""
     cast = np.dtype(dtype).type
-    variance = fit.dense(fit.weight_variance, fill=STRUCTURAL_ZERO_VARIANCE)
+    # the [D, V] arrays made in `dtype` at once (values computed in float64 on the support): on a
+    # large corpus a float64 copy of each would be the training's peak
+    q_variance = fit.dense(_softplus_inverse(fit.weight_variance), fill=_softplus_inverse(STRUCTURAL_ZERO_VARIANCE),
+                           dtype=cast)
     arrays = {
         "var:label_bias": fit.bias,
         "var:pairwise_mean": fit.pairwise,
         "var:temperature": np.asarray(temperature),
         "var:variance_scale": np.asarray(alpha),
-        "var:linear/q_mu": fit.dense(fit.weights),
+        "var:linear/q_mu": fit.dense(fit.weights, dtype=cast),
         "var:linear/prior_variance/_pretransformed_input": _softplus_inverse(prior_variance),
-        "var:linear/q_variance/_pretransformed_input": _softplus_inverse(variance),
+        "var:linear/q_variance/_pretransformed_input": q_variance,
         "var:pairwise_variance/_pretransformed_input": _softplus_inverse(fit.pairwise_variance),
     }
     return {name: np.asarray(value, dtype=cast) for name, value in arrays.items()}
