@@ -843,6 +843,36 @@ def test_default_workers_one_per_usable_cpu_within_the_cgroup_quota(monkeypatch,
     assert process.usable_cpus() == 1 and process.default_workers() == 1
 
 
+@pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT on this system")
+def test_each_worker_gets_its_own_socket_on_the_supervisors_address():
+    """Sent to a worker, the supervisor's address becomes a socket of its own on the same port (the
+    kernel then spreads connections over the workers), while the supervisor's holds the port."""
+    import pickle
+
+    from gpseq.serve.process import listening_address
+
+    class Config:  # the fields of uvicorn.Config the supervisor reads
+        host, port, uds, fd = "127.0.0.1", 0, None, None
+
+    held = listening_address(Config())
+    try:
+        address = held.getsockname()
+        worker_sockets = [pickle.loads(pickle.dumps(held)) for _ in range(2)]  # as multiprocessing sends it
+        for sock in worker_sockets:
+            assert type(sock) is socket.socket and sock.fileno() != held.fileno()
+            assert sock.getsockname() == address
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+            sock.listen()
+        with socket.create_connection(address, timeout=WAIT):  # someone listens there now
+            pass
+        with socket.socket() as other, pytest.raises(OSError):  # a socket without SO_REUSEPORT may not
+            other.bind(address)
+    finally:
+        held.close()
+        for sock in worker_sockets:
+            sock.close()
+
+
 @pytest.fixture(scope="module")
 def two_workers(trained, tmp_path_factory):
     """`gpseq serve tiny=DIR --workers 2` on 127.0.0.1: (process, port, log path, its TMPDIR), once
