@@ -448,3 +448,23 @@ def test_text_only_attributes_never_import_spacy():
                                         text=True, check=True).stdout.strip()
     assert run("segmentation") == "False"
     assert run("ner") == "True"
+
+
+@pytest.mark.parametrize("preset,min_count,max_features", [("chunking", 1, None), ("pos", 2, None),
+                                                           ("ner", 1, 500), ("segmentation", 3, 200)])
+def test_fit_in_blocks_builds_the_vocabulary_of_a_fit_on_the_whole_corpus(preset, min_count, max_features):
+    """`fit` reads its sentences a block at a time (counts of distinct features merged between
+    blocks, under value spaces that grow): the same columns, names and rows as one block."""
+    from conftest import SAMPLE
+
+    from gpseq.corpora import read_conll
+
+    sentences = read_conll(SAMPLE / "train.conll")
+    config = get_preset(preset)
+    config.min_count, config.max_features = min_count, max_features
+    whole = Featurizer(config).fit(sentences, block_size=len(sentences) + 1)
+    blocks = Featurizer(config).fit(iter(sentences), block_size=7)  # any iterable, read once
+    assert blocks.n_features == whole.n_features and blocks.feature_names() == whole.feature_names()
+    assert (blocks.transform(sentences).rows != whole.transform(sentences).rows).nnz == 0
+    if min_count > 1 or max_features:
+        assert whole.n_features < Featurizer(get_preset(preset)).fit(sentences).n_features  # the counts mattered

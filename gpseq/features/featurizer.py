@@ -70,6 +70,55 @@ class _Table:
         return found
 
 
+FIT_BLOCK = 4096  # sentences whose values `Featurizer.fit` extracts at once
+
+
+class _Counts:
+    """The feature counts of a fit so far, per template as (value ids of each part, count) of its
+    distinct features — ids, unlike mixed-radix keys, stay valid as the value spaces grow — merged
+    once `MERGE` blocks have been added."""
+
+    MERGE = 8
+
+    def __init__(self, featurizer: "Featurizer"):
+        self.featurizer = featurizer
+        self.pending: list[list] = [[] for _ in featurizer._templates]
+
+    def add(self, lengths: np.ndarray, values: dict) -> None:
+        featurizer = self.featurizer
+        for j, (template, unique, count) in enumerate(zip(featurizer._templates, *featurizer._counted(lengths, values))):
+            self.pending[j].append((featurizer._decode(template, unique), count))
+            if len(self.pending[j]) >= self.MERGE:
+                self.pending[j] = [self._merged(j)]
+
+    def _merged(self, j: int) -> tuple[list, np.ndarray]:
+        unique, count = self._keyed(j)
+        return self.featurizer._decode(self.featurizer._templates[j], unique), count
+
+    def _keyed(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Template j's distinct keys under the current value spaces (sorted) and their counts."""
+        featurizer, template = self.featurizer, self.featurizer._templates[j]
+        if featurizer._key_space(template) >= _KEY_LIMIT:
+            raise ConfigError(f"feature template {template.name!r}: conjunction key space too large")
+        keys, counts = [], []
+        for parts, count in self.pending[j]:
+            key = np.zeros(len(count), dtype=np.int64)
+            for (source, _), ids in zip(template.parts, parts):
+                key = key * featurizer._spaces[source].radix + ids
+            keys.append(key)
+            counts.append(count)
+        if len(keys) == 1:
+            return keys[0], counts[0]
+        unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        return unique, np.bincount(inverse, weights=np.concatenate(counts), minlength=len(unique)).astype(np.int64)
+
+    def totals(self) -> tuple[list, list]:
+        """(distinct keys, counts) of every template under the final value spaces."""
+        keyed = [self._keyed(j) if self.pending[j] else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+                 for j in range(len(self.pending))]
+        return [unique for unique, _ in keyed], [count for _, count in keyed]
+
+
 class Featurizer:
     """Feature extractor + vectoriser for one `FeatureConfig`.
 
@@ -113,21 +162,33 @@ class Featurizer:
     def templates(self) -> list[FeatureTemplate]:
         return list(self._templates)
 
-    def fit(self, sentences) -> "Featurizer":
-        """Build the vocabulary on training `sentences` (min_count, max_features); returns self."""
+    def fit(self, sentences, *, block_size: int = FIT_BLOCK) -> "Featurizer":
+        """Build the vocabulary on training `sentences` (min_count, max_features); returns self.
+        `sentences` (any iterable) is read once, `block_size` sentences at a time: the counts kept
+        between blocks are those of the distinct features, so a stream of any length fits in the
+        memory of its vocabulary."""
         if self.hashing:
             return self
         self._values.reset(frozen=False)
-        lengths, values = self._values.of_sentences(list(sentences))
-        return self._fit_values(lengths, values)
+        counts = _Counts(self)
+        block: list = []
+        for sentence in sentences:
+            block.append(sentence)
+            if len(block) == block_size:
+                counts.add(*self._values.of_sentences(block))
+                block = []
+        if block:
+            counts.add(*self._values.of_sentences(block))
+        return self._build_vocabulary(*counts.totals())
 
     def fit_docs(self, docs) -> "Featurizer":
         """`fit` for spaCy Docs (attributes read from the Docs, as `transform_docs`)."""
         if self.hashing:
             return self
         self._values.reset(frozen=False)
-        lengths, values = self._values.of_docs(list(docs))
-        return self._fit_values(lengths, values)
+        counts = _Counts(self)
+        counts.add(*self._values.of_docs(list(docs)))
+        return self._build_vocabulary(*counts.totals())
 
     def transform(self, sentences) -> FeatureMatrix:
         """Feature rows of `sentences` (`Sentence` objects) → FeatureMatrix `[N_tokens, D]`."""
@@ -289,7 +350,9 @@ class Featurizer:
         pos = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
         return pos, np.repeat(lengths, lengths)
 
-    def _fit_values(self, lengths: np.ndarray, values: dict) -> "Featurizer":
+    def _counted(self, lengths: np.ndarray, values: dict) -> tuple[list, list]:
+        """Per template: the distinct mixed-radix keys of these tokens' features (under the value
+        spaces as they are now) and their counts."""
         n = int(lengths.sum())
         geometry, cache = self._geometry(lengths), {}
         uniques, counts = [], []
@@ -304,6 +367,11 @@ class Featurizer:
                 unique, count = np.unique(keys, return_counts=True)
             uniques.append(unique)
             counts.append(count)
+        return uniques, counts
+
+    def _build_vocabulary(self, uniques: list, counts: list) -> "Featurizer":
+        """The columns of the kept features from the distinct keys of every template (under the
+        final value spaces) and their counts."""
         all_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
         keep = all_counts >= self.config.min_count
         if self.config.max_features is not None and keep.sum() > self.config.max_features:
