@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -87,7 +87,7 @@ class Tagger:
     @classmethod
     def train(
         cls,
-        train: Sequence[Sentence],
+        train: Iterable[Sentence],
         config: TaggerConfig | None = None,
         *,
         dev: Sequence[Sentence] | None = None,
@@ -98,6 +98,10 @@ class Tagger:
     ) -> "Tagger":
         """Fit features and the posterior on `train`: MAP + Laplace with evidence-fitted priors and
         a dev-fitted calibration for the weight-space model (the default), SVI otherwise.
+
+        `train`: sentences (a list, or any iterable), or a corpus read anew at each iteration
+        (`gpseq.corpora.CorpusFile`): the default training then reads it in passes and never holds
+        it (`gpseq.training.corpus_passes`), only its dev split.
 
         Tokens labelled `?` (`gpseq.corpora.UNLABELLED`) are marginalised: the default training
         maximises the partial-annotation likelihood p(observed labels | x) (constrained
@@ -115,32 +119,31 @@ class Tagger:
             from gpseq.warm_start import warm_config
 
             config = warm_config(config, init)
-        train = list(train)
-        unlabelled = [s for s in train if s.labels is None]
-        if unlabelled or not train:
-            where = unlabelled[0] if unlabelled else None
-            raise GpseqError(
-                f"{where.source}:{where.line}: training sentence without labels" if where else "empty training corpus"
-            )
+        from gpseq.training import corpus_passes
+
+        if isinstance(train, Iterator):  # read once: kept
+            train = list(train)
+        counted = corpus_passes.scan(train)  # a list, or a corpus read in passes (`CorpusFile`)
         tcfg = config.training
         method = config.resolved_method()
-        partial = next((s for s in train if not s.fully_labelled), None)
-        unlabelled_tokens = sum(label == UNLABELLED for s in train for label in s.labels)  # of the training corpus
+        partial = counted.partial
         if partial is not None and method != "laplace":
             raise ConfigError(f"{partial.source}:{partial.line}: tokens labelled {UNLABELLED!r} (partial annotation) "
                               f"need the default training (method laplace); this configuration trains by {method}")
         wants_dev = tcfg.calibrate if method == "laplace" else tcfg.early_stopping != "none"
-        if dev is None and tcfg.dev_fraction > 0 and wants_dev and len(train) >= 10:
+        dev_ids = None
+        if dev is None and tcfg.dev_fraction > 0 and wants_dev and counted.sentences >= 10:
             from gpseq.corpora.splits import train_dev_split
 
-            train_ids, dev_ids = train_dev_split(len(train), tcfg.dev_fraction, seed=tcfg.seed)
-            dev = [train[i] for i in dev_ids]
-            train = [train[i] for i in train_ids]
-        labels = sorted({label for s in train for label in s.labels} - {UNLABELLED})
+            dev_ids = train_dev_split(counted.sentences, tcfg.dev_fraction, seed=tcfg.seed)[1]
+        train, held_out = corpus_passes.split(train, counted, dev_ids)
+        dev = held_out if dev_ids is not None else dev
+        seen: set = set()
+        featurizer = Featurizer(config.features).fit(corpus_passes.labelled(train, seen))
+        labels = sorted(seen - {UNLABELLED})
         if not labels:
-            raise GpseqError(f"{train[0].source}: no labelled token in the training corpus (every label is "
+            raise GpseqError(f"{partial.source}: no labelled token in the training corpus (every label is "
                              f"{UNLABELLED!r})")
-        featurizer = Featurizer(config.features).fit(train)
         label_index = {l: i for i, l in enumerate(labels)}
         if method == "laplace":
             from gpseq.training.batching import SentenceBlocks
@@ -157,7 +160,7 @@ class Tagger:
             arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start)
             scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
             if partial is not None:
-                scores["unlabelled_tokens"] = unlabelled_tokens
+                scores["unlabelled_tokens"] = counted.unlabelled_tokens
             if init is not None:
                 arrays.update(calibration_arrays(init, config.dtype))
                 scores.update(warm_start=True, calibration=init.scores.get("calibration"))
@@ -167,8 +170,8 @@ class Tagger:
                               f"method laplace); this configuration trains by {method}")
         from gpseq.training.svi import train_svi
 
+        train = list(train)
         data = cls._sequence_data(featurizer, train, label_index)
-
         tagger = train_svi(cls, config, featurizer, labels, data, dev, callbacks=callbacks,
                            checkpoint_dir=checkpoint_dir, resume=resume)
         tagger.scores.update(train_sentences=len(train), dev_sentences=len(dev or []))

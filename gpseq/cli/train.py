@@ -17,6 +17,10 @@ from gpseq.corpora.types import UNLABELLED
 from gpseq.cli.outputs import check_train_outputs, train_lock
 
 
+# a training file larger than this is read in passes (`gpseq.corpora.CorpusFile`): memory bounded
+# whatever its size; a smaller one is read once into memory (each pass re-parses the file)
+STREAM_BYTES = 8 << 20
+
 TRAIN_EXAMPLES = """[b]Examples[/b]
 
   gpseq train corpora/sample/train.conll -o runs/sample
@@ -120,7 +124,13 @@ def train(
             config_file=config, features=features, tag_scheme=tag_scheme, overrides=set_ or [],
             named={"--likelihood": likelihood, "--inducing": inducing, "--epochs": epochs, "--max-steps": max_steps,
                    "--seed": seed, "--devices": devices, "--strategy": strategy}))
-        sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
+        if train_corpus.stat().st_size > STREAM_BYTES:  # read in passes, never held (the default training)
+            from gpseq.corpora import CorpusFile
+
+            sentences = CorpusFile(train_corpus, format_, token_column=token_column, label_column=label_column,
+                                   encoding=encoding)
+        else:
+            sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
         dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding)
                          if dev is not None else None)
         if dev_sentences is not None:
@@ -153,7 +163,7 @@ def train(
         ("model", f"{tagger_config.model.kernel}, {tagger_config.model.likelihood} likelihood"
                   + (f", M = {tagger_config.model.num_inducing}" if tagger_config.model.has_inducing else "")
                   + f", trained by {scores.get('method', 'svi')}"),
-        ("train / dev sentences", f"{scores.get('train_sentences', len(sentences))} / {scores.get('dev_sentences', 0)}"),
+        ("train / dev sentences", f"{scores['train_sentences']} / {scores.get('dev_sentences', 0)}"),
         *([("unlabelled tokens (?)", f"{scores['unlabelled_tokens']:,} of {sum(len(s) for s in sentences):,}, "
             "marginalised")] if scores.get("unlabelled_tokens") else []),
         ("steps", f"{scores.get('steps')}" + (" (stopped early)" if scores.get("stopped_early") else "")),

@@ -11,7 +11,8 @@ from gpseq.corpora.catalogue import (
 )
 from gpseq.corpora.conll import iter_conll, read_conll, split_columns, write_conll
 from gpseq.corpora.conllu import iter_conllu, read_conllu
-from gpseq.corpora.formats import FORMATS, ReadOptions, detect_format, iter_corpus, read_corpus, register_format
+from gpseq.corpora.formats import (FORMATS, CorpusFile, ReadOptions, detect_format, iter_corpus, read_corpus,
+                                   register_format)
 from gpseq.corpora.jsonl import iter_jsonl, read_jsonl
 from gpseq.corpora.schemes import (
     SCHEMES,
@@ -28,6 +29,7 @@ from gpseq.corpora.splits import kfold_indices, train_dev_split
 from gpseq.corpora.types import UNLABELLED, Sentence
 
 __all__ = [
+    "CorpusFile",
     "FORMATS",
     "ReadOptions",
     "SCHEMES",

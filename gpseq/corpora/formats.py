@@ -125,3 +125,25 @@ def read_corpus(path: str | Path, format: str = "auto", **settings) -> list[Sent
     if not sentences:
         raise InputFormatError(path, None, "no sentences in the file")
     return sentences
+
+
+class CorpusFile:
+    """A corpus file that is read anew each time it is iterated (`iter_corpus` with these
+    settings): a training corpus `Tagger.train` reads in passes instead of holding its sentences.
+    Iterating it raises InputFormatError if it has no sentence."""
+
+    def __init__(self, path: str | Path, format: str = "auto", **settings):
+        if str(path) == "-":
+            raise ConfigError("a corpus read in passes needs a file, not stdin")
+        self.path, self.format, self.settings = Path(path), format, settings
+
+    def __iter__(self) -> Iterator[Sentence]:
+        empty = True
+        for sentence in iter_corpus(self.path, self.format, **self.settings):
+            empty = False
+            yield sentence
+        if empty:
+            raise InputFormatError(self.path, None, "no sentences in the file")
+
+    def __repr__(self) -> str:
+        return f"CorpusFile({str(self.path)!r})"

@@ -81,9 +81,10 @@ class SequenceData:
 class SentenceBlocks:
     """A corpus featurised block by block as it is iterated: `featurise(block)` → SequenceData of
     `size` sentences at a time (what the default training's objective consumes), so a large corpus
-    is never featurised whole."""
+    is never featurised whole. `sentences`: a list or a re-iterable corpus that knows its length
+    and `n_tokens` (`gpseq.training.corpus_passes.Selected`)."""
 
-    def __init__(self, sentences: list, featurise, size: int = 4096):
+    def __init__(self, sentences, featurise, size: int = 4096):
         self.sentences, self.featurise, self.size = sentences, featurise, size
 
     def __len__(self) -> int:
@@ -91,11 +92,18 @@ class SentenceBlocks:
 
     @property
     def n_tokens(self) -> int:
-        return sum(len(s) for s in self.sentences)
+        known = getattr(self.sentences, "n_tokens", None)
+        return known if known is not None else sum(len(s) for s in self.sentences)
 
     def __iter__(self):
-        for start in range(0, len(self.sentences), self.size):
-            yield self.featurise(self.sentences[start : start + self.size])
+        block: list = []
+        for sentence in self.sentences:
+            block.append(sentence)
+            if len(block) == self.size:
+                yield self.featurise(block)
+                block = []
+        if block:
+            yield self.featurise(block)
 
 
 def make_batch(

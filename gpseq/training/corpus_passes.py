@@ -1,0 +1,87 @@
+"""The training corpus read in passes: what `Tagger.train` needs of its sentences without holding
+them, so that a corpus file of any size (`gpseq.corpora.CorpusFile`, read anew at each pass)
+trains in the memory of its vocabulary, its dev split and the bounded objective
+(`gpseq.training.chain_objective`).
+
+A pass is one iteration of the corpus: `scan` (counts and checks), `split` (the dev sentences kept,
+the others selected by position), the featurizer's fit (`Featurizer.fit` reads once, in blocks,
+and `labelled` gathers the label set on the way), then the objective's blocks
+(`gpseq.training.batching.SentenceBlocks`). A list is read the same way, for free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpseq.corpora.types import UNLABELLED, Sentence
+from gpseq.errors import GpseqError
+
+
+@dataclass
+class CorpusScan:
+    """One pass over a training corpus: its size, its first partially labelled sentence (None:
+    every token labelled) and its number of `?` tokens."""
+
+    sentences: int
+    tokens: int
+    partial: Sentence | None
+    unlabelled_tokens: int
+
+
+def scan(corpus: Iterable[Sentence]) -> CorpusScan:
+    """Count `corpus` and check that every sentence has labels (GpseqError naming the first that
+    has none, or an empty corpus)."""
+    sentences = tokens = unlabelled = 0
+    partial = None
+    for sentence in corpus:
+        if sentence.labels is None:
+            raise GpseqError(f"{sentence.source}:{sentence.line}: training sentence without labels")
+        sentences += 1
+        tokens += len(sentence)
+        if UNLABELLED in sentence.labels:
+            unlabelled += sentence.labels.count(UNLABELLED)
+            partial = partial or sentence
+    if not sentences:
+        raise GpseqError("empty training corpus")
+    return CorpusScan(sentences, tokens, partial, unlabelled)
+
+
+class Selected:
+    """The sentences of a re-iterable `corpus` at the positions where `keep [B]` is true, in corpus
+    order, itself re-iterable (each iteration one pass over `corpus`); `sentences` and `tokens`
+    counted beforehand."""
+
+    def __init__(self, corpus: Iterable[Sentence], keep: np.ndarray | None, sentences: int, tokens: int):
+        self.corpus, self.keep, self.sentences, self.n_tokens = corpus, keep, sentences, tokens
+
+    def __len__(self) -> int:
+        return self.sentences
+
+    def __iter__(self) -> Iterator[Sentence]:
+        if self.keep is None:
+            yield from self.corpus
+            return
+        for sentence, kept in zip(self.corpus, self.keep):
+            if kept:
+                yield sentence
+
+
+def split(corpus: Iterable[Sentence], counted: CorpusScan, dev_ids: np.ndarray | None):
+    """(the training part as `Selected`, the dev sentences `dev_ids` as a list) in one pass;
+    `dev_ids` None: all of `corpus` trains and the dev list is empty."""
+    if dev_ids is None:
+        return Selected(corpus, None, counted.sentences, counted.tokens), []
+    keep = np.ones(counted.sentences, dtype=bool)
+    keep[dev_ids] = False
+    dev = [sentence for sentence, kept in zip(corpus, keep) if not kept]
+    return Selected(corpus, keep, int(keep.sum()), counted.tokens - sum(len(s) for s in dev)), dev
+
+
+def labelled(corpus: Iterable[Sentence], labels: set) -> Iterator[Sentence]:
+    """The sentences of `corpus`, adding their labels to `labels` as they pass."""
+    for sentence in corpus:
+        labels.update(sentence.labels)
+        yield sentence
