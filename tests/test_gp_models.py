@@ -11,7 +11,7 @@ from scipy import integrate
 from scipy.special import expit, log_ndtr
 
 from gpseq.gp.kernels import RBF
-from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
+from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax, log_normal_cdf
 from gpseq.gp.models import FITC, SGPR, SVGP
 from gpseq.gp.natgrad import NaturalGradient
 
@@ -89,6 +89,36 @@ def test_svgp_elbo_and_predictions_equal_gpflow(gpflow, likelihood, whiten, full
                                rtol=1e-6 if likelihood == "probit" else 1e-7)
 
 
+@pytest.mark.parametrize("likelihood", ["gaussian", "probit"])
+@pytest.mark.parametrize("whiten", [True, False])
+def test_svgp_elbo_gradients_equal_gpflow(gpflow, likelihood, whiten):
+    """d ELBO / d (q_mu, q_sqrt, kernel variance, lengthscales) against GPflow's autodiff. Both put
+    Softplus on the kernel's parameters and fill q_sqrt's lower triangle in the same order; gpseq's
+    q_sqrt diagonal is Softplus(raw) too, so its raw gradient there is GPflow's times sigmoid(raw)."""
+    X, Y = _data(1, classification=likelihood != "gaussian")
+    lik = Gaussian(0.3) if likelihood == "gaussian" else Bernoulli("probit")
+    model = SVGP(RBF(1.4, [0.8, 1.7], ard=True), lik, X[::5].copy(), num_data=100, whiten=whiten)
+    _random_q(model, 2)
+    theirs = _gpflow_svgp(gpflow, model, lik, 100)
+    batch = (X[:25], Y[:25])
+    ours_vars = [model.q.q_mu, model.q.q_sqrt.trainable_variables[0], model.kernel.variance.trainable_variables[0],
+                 model.kernel.lengthscales.trainable_variables[0]]
+    their_vars = [theirs.q_mu.unconstrained_variable, theirs.q_sqrt.unconstrained_variable,
+                  theirs.kernel.variance.unconstrained_variable, theirs.kernel.lengthscales.unconstrained_variable]
+    with tf.GradientTape() as tape:
+        ours_elbo = model.elbo(batch)
+    ours = tape.gradient(ours_elbo, ours_vars)
+    with tf.GradientTape() as tape:
+        their_elbo = theirs.elbo(batch)
+    grads = tape.gradient(their_elbo, their_vars)
+    raw = ours_vars[1].numpy()[0, 0]
+    on_diag = tfp.bijectors.FillTriangular().inverse(np.eye(len(X[::5]))).numpy() == 1.0
+    expected = [grads[0].numpy()[None], np.where(on_diag, grads[1].numpy()[0] * expit(raw), grads[1].numpy()[0]),
+                grads[2].numpy(), grads[3].numpy()]
+    for got, want in zip([g.numpy() for g in ours], expected):
+        np.testing.assert_allclose(np.reshape(got, np.shape(want)), want, rtol=1e-7, atol=1e-10)
+
+
 def test_sgpr_and_fitc_equal_gpflow(gpflow):
     X, Y = _data(4, N=50)
     Z = X[::6].copy()
@@ -154,6 +184,26 @@ def test_bernoulli_expectations_equal_brute_force_quadrature():
         np.testing.assert_allclose(ours, expected, rtol=1e-7)  # 20-point Gauss–Hermite
         precise = Bernoulli(link, num_gauss_hermite=60).variational_expectations(mean, var, Y).numpy()
         np.testing.assert_allclose(precise, expected, rtol=1e-10)
+
+
+def test_log_normal_cdf_matches_scipy_over_the_whole_line():
+    """log Φ and its derivative φ/Φ against SciPy, from far in the lower tail (series) to where log Φ
+    is −Φ(−x) ≈ −1e-268 (log1p); no infinities or NaNs anywhere."""
+    from scipy.stats import norm
+
+    x = np.concatenate([-np.logspace(-8, 4, 400), np.logspace(-8, np.log10(35.0), 400), np.linspace(-40, 35, 3001)])
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = log_normal_cdf(xt)
+    grad = tape.gradient(y, xt).numpy()
+    np.testing.assert_allclose(y.numpy(), log_ndtr(x), rtol=1e-10)  # the series' truncation at x = −20: 2e-11
+    np.testing.assert_allclose(grad, np.exp(norm.logpdf(x) - log_ndtr(x)), rtol=1e-8)
+    far = tf.constant([-1e150, -1e8, 1e8, 1e150], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(far)
+        y = log_normal_cdf(far)
+    assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(tape.gradient(y, far).numpy()))
 
 
 def test_softmax_monte_carlo_matches_numpy_and_converges():

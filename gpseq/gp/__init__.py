@@ -2,7 +2,9 @@
 K-means inducing inputs, variational q(u) (mixtures), conditionals (seed eqs. 15–18), likelihoods,
 SVGP / SGPR / FITC, natural gradients, deep GPs and GPNet (inference networks). Train them with `gpseq.training.trainer.Trainer`."""
 
-from gpseq.gp.conditionals import conditional_blocks, conditional_marginals, mixture_blocks, mixture_marginals
+from gpseq.gp.conditionals import (
+    conditional_blocks, conditional_marginals, marginals_from_kzx, mixture_blocks, mixture_marginals,
+)
 from gpseq.gp.inducing import kmeans_inducing
 from gpseq.gp.kernels import RBF, Linear, Matern32, Matern52, Product, Sum
 from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
@@ -15,7 +17,7 @@ from gpseq.gp.weight_space import WeightSpaceLinear
 __all__ = [
     "Bernoulli", "FITC", "Gaussian", "Linear", "Matern32", "Matern52", "NaturalGradient", "Product", "RBF",
     "SGPR", "SVGP", "Softmax", "Sum", "VariationalGaussian", "WeightSpaceLinear", "conditional_blocks",
-    "conditional_marginals", "kmeans_inducing", "mixture_blocks", "mixture_marginals", "safe_cholesky",
+    "conditional_marginals", "kmeans_inducing", "marginals_from_kzx", "mixture_blocks", "mixture_marginals", "safe_cholesky",
 ]
 
 # GPNet: an inference network trained by stochastic functional mirror descent, and random features

@@ -53,21 +53,38 @@ def conditional_noise(eps, a_w, mask, jitter, *, k_diag=None, k_block=None):
     return tf.linalg.matmul(safe_cholesky(k_tilde, jitter=jitter), eps) * mask[..., None]
 
 
+def marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
+    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal),
+    from the cross-covariance in the layout the solves take: `Kzx [M, N]` (no transposes).
+
+    `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`. The P latents'
+    (B L_S) products are one `[N, M] × [M, P·M]` matmul.
+    """
+    Kzx = tf.convert_to_tensor(Kzx)
+    Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kzx.dtype)
+    q_mu, q_sqrt = tf.convert_to_tensor(q_mu, Kzx.dtype), tf.convert_to_tensor(q_sqrt, Kzx.dtype)
+    a_w_t = tf.linalg.triangular_solve(Kzz_chol, Kzx, lower=True)  # L⁻¹ K_zx [M, N]
+    proj_t = a_w_t if whiten else tf.linalg.triangular_solve(Kzz_chol, a_w_t, lower=True, adjoint=True)
+    mean = tf.linalg.matmul(proj_t, q_mu, transpose_a=True)  # [N, P]
+    var = (Kxx_diag - tf.reduce_sum(a_w_t**2, 0))[:, None]  # [N, 1]: diag of K̃
+    if q_sqrt.shape.rank == 3:
+        num_latent, num_inducing = tf.shape(q_sqrt)[0], tf.shape(q_sqrt)[1]
+        if q_sqrt.shape[0] != 1:  # one latent: the reshape alone (a transpose would copy)
+            q_sqrt = tf.transpose(q_sqrt, [1, 0, 2])
+        scales = tf.reshape(q_sqrt, [num_inducing, -1])  # [M, P·M]: [L_S1 … L_SP]
+        projected = tf.linalg.matmul(proj_t, scales, transpose_a=True)  # [N, P·M]
+        projected = tf.reshape(projected, [-1, num_latent, num_inducing])  # (B L_S) per latent [N, P, M]
+        return mean, var + tf.reduce_sum(projected**2, -1)
+    return mean, var + tf.linalg.matmul(proj_t**2, q_sqrt**2, transpose_a=True)
+
+
 def conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal).
 
-    `Kxz [N, M]`, `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
+    `Kxz [N, M]`, `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`
+    (`marginals_from_kzx` takes K_zx and saves the transpose).
     """
-    q_mu, q_sqrt = tf.convert_to_tensor(q_mu), tf.convert_to_tensor(q_sqrt)
-    a_w, proj = projections(Kxz, Kzz_chol, whiten)  # [N, M]
-    mean = tf.linalg.matmul(proj, q_mu)  # [N, P]
-    var = (Kxx_diag - tf.reduce_sum(a_w**2, -1))[:, None]  # [N, 1]: diag of K̃
-    if q_sqrt.shape.rank == 3:
-        projected = tf.einsum("nm,pmk->pnk", proj, q_sqrt)  # (B L_S) per latent [P, N, M]
-        var = var + tf.transpose(tf.reduce_sum(projected**2, -1))
-    else:
-        var = var + tf.linalg.matmul(proj**2, q_sqrt**2)
-    return mean, var
+    return marginals_from_kzx(tf.linalg.matrix_transpose(Kxz), Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten)
 
 
 def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
@@ -91,7 +108,12 @@ def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
 def mixture_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """`conditional_marginals` for every mixture component: `q_mu [K, M, P]`, `q_sqrt [K, ...]`
     → (`[K, N, P]`, `[K, N, P]`)."""
-    parts = [conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
+    return mixture_marginals_from_kzx(tf.linalg.matrix_transpose(Kxz), Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten)
+
+
+def mixture_marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
+    """`mixture_marginals` from `Kzx [M, N]` → (`[K, N, P]`, `[K, N, P]`)."""
+    parts = [marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
     return tf.stack([m for m, _ in parts]), tf.stack([v for _, v in parts])
 
 

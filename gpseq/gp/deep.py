@@ -22,7 +22,7 @@ import tensorflow as tf
 from gpseq._tfp import tfp
 
 from gpseq.errors import ConfigError
-from gpseq.gp.conditionals import conditional_marginals
+from gpseq.gp.conditionals import marginals_from_kzx
 from gpseq.gp.inducing import kmeans_inducing
 from gpseq.gp.kernels import RBF, Linear
 from gpseq.gp.linalg import safe_cholesky
@@ -84,8 +84,8 @@ class GPLayer(tf.Module):
         shape = tf.shape(H)
         flat = tf.reshape(H, [-1, self.input_dims])  # [N', D_in]
         Z = self.inducing_inputs
-        mean, var = conditional_marginals(self.kernel.K(flat, Z), self.kzz_cholesky(), self.kernel.K_diag(flat),
-                                          self.q.q_mu[0], tf.convert_to_tensor(self.q.q_sqrt)[0], self.whiten)
+        mean, var = marginals_from_kzx(self.kernel.K(Z, flat), self.kzz_cholesky(), self.kernel.K_diag(flat),
+                                       self.q.q_mu[0], tf.convert_to_tensor(self.q.q_sqrt)[0], self.whiten)
         mean = mean + self.mean_function(flat)
         out = tf.concat([shape[:-1], [self.output_dims]], 0)
         return tf.reshape(mean, out), tf.reshape(var, out)

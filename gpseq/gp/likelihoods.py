@@ -15,6 +15,34 @@ from gpseq.errors import ConfigError
 tfd = tfp.distributions
 
 
+_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+_TAIL = -20.0  # below this, log Φ by its asymptotic series (erfc underflows below about −37)
+
+
+@tf.custom_gradient
+def log_normal_cdf(x):
+    """log Φ(x) elementwise, accurate over the whole real line, with one erfc per element.
+
+    Φ(−|x|) = erfc(|x|/√2)/2 is accurate relative to itself, so log Φ(x) = log Φ(−|x|) for x < 0 and
+    log1p(−Φ(−|x|)) for x ≥ 0; below x = −20 the series Φ(x) = φ(x)/(−x) · (1 − x⁻² + 3x⁻⁴ − 15x⁻⁶ + …).
+    The gradient is φ(x)/Φ(x) = exp(log φ(x) − log Φ(x)) (−x / series in the tail): no autodiff
+    through the branches.
+    """
+    tail_mass = 0.5 * tf.math.erfc(tf.abs(x) * np.sqrt(0.5))  # Φ(−|x|)
+    x_tail = tf.minimum(x, _TAIL)
+    inv_sq = 1.0 / x_tail**2
+    series = 1.0 - inv_sq * (1.0 - inv_sq * (3.0 - 15.0 * inv_sq))
+    log_tail = -0.5 * x_tail**2 - tf.math.log(-x_tail) - _LOG_SQRT_2PI + tf.math.log(series)
+    in_tail = x < _TAIL
+    y = tf.where(in_tail, log_tail, tf.where(x < 0.0, tf.math.log(tail_mass), tf.math.log1p(-tail_mass)))
+
+    def grad(upstream):
+        ratio = tf.where(in_tail, -x_tail / series, tf.exp(-0.5 * x**2 - _LOG_SQRT_2PI - y))  # φ(x)/Φ(x)
+        return upstream * ratio
+
+    return y, grad
+
+
 class Gaussian(tf.Module):
     """y = f + ε, ε ~ N(0, σ²) (closed-form expectations); σ² learnable (Softplus)."""
 
@@ -50,10 +78,10 @@ class Bernoulli(tf.Module):
         self._weights = tf.constant(weights / np.sqrt(np.pi), dtype)
 
     def log_prob(self, F, Y):
-        """log p(y | f) elementwise (stable: log Φ via the Normal's log_cdf, log σ via softplus)."""
+        """log p(y | f) elementwise (stable: `log_normal_cdf`, log σ via softplus)."""
         sign = 2.0 * tf.cast(Y, F.dtype) - 1.0
         if self.link == "probit":
-            return tfd.Normal(tf.zeros([], F.dtype), tf.ones([], F.dtype)).log_cdf(sign * F)
+            return log_normal_cdf(sign * F)
         return -tf.math.softplus(-sign * F)
 
     def _quadrature(self, fn, F_mean, F_var):

@@ -28,8 +28,8 @@ def safe_cholesky(matrix, jitter: float = 1e-6, max_tries: int = 6, growth: floa
     return chol
 
 
-def _factor_ok(chol):  # [...] bool: factor finite
-    return tf.reduce_all(tf.math.is_finite(chol), axis=[-2, -1])
+def _factor_ok(chol):  # [...] bool: factor finite (TF's factor of a failing matrix is NaN, diagonal included)
+    return tf.reduce_all(tf.math.is_finite(tf.linalg.diag_part(chol)), axis=-1)
 
 
 def _escalating_cholesky(matrix, jitter, max_tries, growth):
@@ -55,11 +55,12 @@ def _escalating_cholesky(matrix, jitter, max_tries, growth):
         _, chol = tf.while_loop(cond, body, (jit0, chol0), maximum_iterations=max_tries - 1)
 
         def grad(upstream):
-            # Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with the diagonal halved (Murray 2016)
+            # Ā = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), Φ = lower triangle with the diagonal halved (Murray 2016), by two
+            # triangular solves (L⁻ᵀ (L⁻ᵀ Φ)ᵀ = (L⁻ᵀ Φ L⁻¹)ᵀ; symmetrised anyway) rather than forming L⁻¹
             middle = tf.linalg.matmul(chol, upstream, adjoint_a=True)
             middle = tf.linalg.band_part(middle, -1, 0) - 0.5 * tf.linalg.diag(tf.linalg.diag_part(middle))
-            inv = tf.linalg.triangular_solve(chol, tf.broadcast_to(eye, tf.shape(chol)), lower=True)  # L⁻¹
-            g = tf.linalg.matmul(tf.linalg.matmul(inv, middle, adjoint_a=True), inv)
+            left = tf.linalg.triangular_solve(chol, middle, lower=True, adjoint=True)  # L⁻ᵀ Φ
+            g = tf.linalg.triangular_solve(chol, tf.linalg.matrix_transpose(left), lower=True, adjoint=True)
             return 0.5 * (g + tf.linalg.matrix_transpose(g))
 
         return chol, grad

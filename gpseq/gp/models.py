@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from gpseq.gp.conditionals import mixture_marginals
+from gpseq.features.padded import PaddedRows
+from gpseq.gp.conditionals import mixture_marginals_from_kzx
 from gpseq.gp.likelihoods import Gaussian
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.variational import VariationalGaussian
@@ -51,14 +52,20 @@ class SVGP(tf.Module):
 
     def predict_f_components(self, X):
         """Marginals of q(f) per mixture component at `X [N, D]` (or padded rows) → (`[K, N, P]`, `[K, N, P]`)."""
+        return self._marginals(X, self.q.parameters(), self.kzz_cholesky())
+
+    def _marginals(self, X, parameters, Kzz_cholesky):
+        q_mu, q_sqrt = parameters
         Z = self.inducing_inputs
-        return mixture_marginals(self.kernel.K(X, Z), self.kzz_cholesky(), self.kernel.K_diag(X),
-                                 tf.convert_to_tensor(self.q.q_mu), tf.convert_to_tensor(self.q.q_sqrt), self.whiten)
+        # K_zx in the layout of the solves (padded sparse rows are a kernel's first argument only)
+        Kzx = tf.linalg.matrix_transpose(self.kernel.K(X, Z)) if isinstance(X, PaddedRows) else self.kernel.K(Z, X)
+        return mixture_marginals_from_kzx(Kzx, Kzz_cholesky, self.kernel.K_diag(X), q_mu, q_sqrt, self.whiten)
 
     def elbo(self, batch):
         """Minibatch ELBO: `batch = (X [B, D], Y [B, ...])`, likelihood term rescaled by N / B → scalar."""
         X, Y = batch
-        mean, var = self.predict_f_components(X)  # [K, B, P]
+        parameters, Kzz_cholesky = self.q.parameters(), self.kzz_cholesky()  # each once: marginals and KL share them
+        mean, var = self._marginals(X, parameters, Kzz_cholesky)  # [K, B, P]
         pi = self.q.mixture_weights()
         var_exp = tf.add_n([pi[k] * tf.reduce_sum(self.likelihood.variational_expectations(mean[k], var[k], Y))
                             for k in range(self.q.num_components)])
@@ -66,7 +73,7 @@ class SVGP(tf.Module):
             scale = tf.ones([], self.dtype)
         else:
             scale = tf.cast(self.num_data, self.dtype) / tf.cast(tf.shape(mean)[1], self.dtype)
-        kl = self.q.kl(None if self.whiten else self.kzz_cholesky())
+        kl = self.q.kl(None if self.whiten else Kzz_cholesky, parameters)
         return var_exp * scale - kl
 
     def loss(self, batch, seed=None):

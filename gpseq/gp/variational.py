@@ -74,20 +74,46 @@ class VariationalGaussian(tf.Module):
             raise ConfigError("the KL of a non-whitened q(u) needs the Cholesky factor of K_zz")
         return tfd.MultivariateNormalTriL(loc=tf.zeros([M], self.dtype), scale_tril=Kzz_cholesky)
 
-    def kl(self, Kzz_cholesky=None):
-        """KL(q(u) ‖ p(u)) summed over latents → scalar; `Kzz_cholesky [M, M]` unless whitened.
+    def parameters(self):
+        """(q_mu `[K, M, P]`, q_sqrt `[K, P, M, M]` or `[K, M, P]`) as tensors (the bijector run once)."""
+        return tf.convert_to_tensor(self.q_mu), tf.convert_to_tensor(self.q_sqrt)
 
-        K = 1: exact (TFP's Gaussian KL). K > 1: the Jensen upper bound of the seed supplement,
+    def kl(self, Kzz_cholesky=None, parameters=None):
+        """KL(q(u) ‖ p(u)) summed over latents → scalar; `Kzz_cholesky [M, M]` unless whitened;
+        `parameters` = `self.parameters()` when the caller already has them.
+
+        K = 1: exact, in closed form per latent (L = Kzz_cholesky, I when whitened):
+            ½ (‖L⁻¹ L_S‖²_F + ‖L⁻¹ m‖² − M) + Σ log diag L − Σ log |diag L_S|.
+        K > 1: the Jensen upper bound of the seed supplement,
             KL ≤ Σ_k π_k CE(q_k, p) + Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l),
         (exact cross-entropy, entropy bounded below by Jensen), which keeps the ELBO a lower bound.
         """
+        if self.num_components == 1:
+            q_mu, q_sqrt = self.parameters() if parameters is None else parameters
+            return self._gaussian_kl(q_mu[0], q_sqrt[0], Kzz_cholesky)
         q = self.components()
         prior = self._prior(Kzz_cholesky)
-        if self.num_components == 1:
-            return tf.reduce_sum(tfd.kl_divergence(q, prior))
         pi = self.mixture_weights()
         cross_entropy = tf.reduce_sum(q.cross_entropy(prior), -1)  # [K]
         return tf.reduce_sum(pi * cross_entropy) - self.entropy_lower_bound()
+
+    def _gaussian_kl(self, q_mu, q_sqrt, Kzz_cholesky):
+        """Σ_p KL(N(m_p, L_Sp L_Spᵀ) ‖ N(0, K_zz or I)) for `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`."""
+        M, P = self.num_inducing, self.num_latent
+        scale_diag = tf.linalg.diag_part(q_sqrt) if self.full_cov else q_sqrt  # [P, M] or [M, P]
+        if self.whiten:
+            trace, mahalanobis, prior_log_det = tf.reduce_sum(q_sqrt**2), tf.reduce_sum(q_mu**2), 0.0
+        elif Kzz_cholesky is None:
+            raise ConfigError("the KL of a non-whitened q(u) needs the Cholesky factor of K_zz")
+        else:
+            L = tf.convert_to_tensor(Kzz_cholesky, self.dtype)
+            scale = q_sqrt if self.full_cov else tf.linalg.diag(tf.transpose(q_sqrt))  # [P, M, M]
+            scaled = tf.linalg.triangular_solve(tf.broadcast_to(L, [P, M, M]), scale, lower=True)  # L⁻¹ L_S
+            trace = tf.reduce_sum(scaled**2)
+            mahalanobis = tf.reduce_sum(tf.linalg.triangular_solve(L, q_mu, lower=True) ** 2)
+            prior_log_det = P * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L)))
+        log_det = tf.reduce_sum(tf.math.log(tf.abs(scale_diag)))
+        return 0.5 * (trace + mahalanobis - M * P) + prior_log_det - log_det
 
     def entropy_lower_bound(self):
         """Jensen lower bound on H[q]: −Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l) → scalar."""
