@@ -345,8 +345,12 @@ def test_errors_for_unfitted_missing_column_and_missing_pipeline():
     featurizer = Featurizer(get_preset("chunking"))
     with pytest.raises(ConfigError):
         featurizer.transform([THREE])
-    with pytest.raises(InputFormatError, match="column 1"):
+    with pytest.raises(InputFormatError, match=r"^f\.txt:3: token 1 of the sentence \('no'\) has 1 column\(s\); "
+                                               r"feature column 1 needed$"):
         featurizer.fit([Sentence(["no", "pos"], source="f.txt", line=3)])
+    ragged = Sentence(["a", "b"], ["O", "O"], [["a", "DT", "O"], ["b"]], source="c.jsonl", line=9)
+    with pytest.raises(InputFormatError, match=r"^c\.jsonl:9: token 2 of the sentence \('b'\)"):
+        featurizer.fit([ragged])  # JSON Lines: the sentence's line, whichever token
     with pytest.raises(ConfigError, match="pipeline"):
         Featurizer(FeatureConfig(columns=["tag_"])).fit([THREE])
 

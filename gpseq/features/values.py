@@ -249,12 +249,14 @@ def token_strings(tokens: list, attribute: str) -> list[str]:
 
 
 def missing_column(sentences: list, column: int) -> InputFormatError:
+    """The error naming the first token without feature column `column`: the line of its sentence
+    (a sentence's tokens are one line each in CoNLL, all on one line in JSON Lines) and its place."""
     for s in sentences:
         for t, row in enumerate(s.columns):
             if len(row) <= column:
-                line = None if s.line is None else s.line + t
                 return InputFormatError(
-                    s.source or "<sentences>", line,
-                    f"token {row[0] if row else ''!r} has {len(row)} columns; feature column {column} needed",
+                    s.source or "<sentences>", s.line,
+                    f"token {t + 1} of the sentence ({row[0] if row else ''!r}) has {len(row)} column(s); "
+                    f"feature column {column} needed",
                 )
     return InputFormatError("<sentences>", None, f"feature column {column} missing")
