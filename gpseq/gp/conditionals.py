@@ -113,11 +113,19 @@ def mixture_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
 
 def mixture_marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """`mixture_marginals` from `Kzx [M, N]` → (`[K, N, P]`, `[K, N, P]`)."""
-    parts = [marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
+    parts = [marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, mu, sqrt, whiten) for mu, sqrt in components(q_mu, q_sqrt)]
     return tf.stack([m for m, _ in parts]), tf.stack([v for _, v in parts])
+
+
+def components(*tensors):
+    """Per mixture component `[K, ...]` → K tuples of `[...]` (K = 1 squeezed: its gradient is a reshape,
+    not the strided slice's scatter into zeros)."""
+    if tensors[0].shape[0] == 1:
+        return [tuple(tf.squeeze(t, 0) for t in tensors)]
+    return list(zip(*(tf.unstack(t) for t in tensors)))
 
 
 def mixture_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
     """`conditional_blocks` for every mixture component → (`[K, B, T, P]`, `[K, B, P, T, T]`)."""
-    parts = [conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu[k], q_sqrt[k], whiten) for k in range(q_mu.shape[0])]
+    parts = [conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, mu, sqrt, whiten) for mu, sqrt in components(q_mu, q_sqrt)]
     return tf.stack([m for m, _ in parts]), tf.stack([c for _, c in parts])

@@ -209,7 +209,7 @@ class Stationary(Kernel):
         sq = (
             tf.reduce_sum(X**2, -1)[..., :, None]
             + tf.reduce_sum(Z**2, -1)[..., None, :]
-            - 2.0 * tf.linalg.matmul(X, Z, transpose_b=True)
+            + tf.linalg.matmul(-2.0 * X, Z, transpose_b=True)  # the −2 on [N, D], not [N, M] (exact either way)
         )
         return tf.maximum(sq, 0.0)
 

@@ -90,7 +90,7 @@ class VariationalGaussian(tf.Module):
         """
         if self.num_components == 1:
             q_mu, q_sqrt = self.parameters() if parameters is None else parameters
-            return self._gaussian_kl(q_mu[0], q_sqrt[0], Kzz_cholesky)
+            return self._gaussian_kl(tf.squeeze(q_mu, 0), tf.squeeze(q_sqrt, 0), Kzz_cholesky)
         q = self.components()
         prior = self._prior(Kzz_cholesky)
         pi = self.mixture_weights()
