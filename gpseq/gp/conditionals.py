@@ -20,14 +20,9 @@ def projections(Kxz, Kzz_chol, whiten: bool):
     otherwise (seed eq. 17). `Kxz [..., N, M]`, `Kzz_chol [M, M]` → both `[..., N, M]`.
     """
     Kxz = tf.convert_to_tensor(Kxz)
-    Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kxz.dtype)
     shape = tf.shape(Kxz)
     flat = tf.reshape(Kxz, [-1, shape[-1]])  # [N', M]
-    a_w_t = tf.linalg.triangular_solve(Kzz_chol, tf.transpose(flat), lower=True)  # L⁻¹ K_zx [M, N']
-    if whiten:
-        proj_t = a_w_t
-    else:
-        proj_t = tf.linalg.triangular_solve(Kzz_chol, a_w_t, lower=True, adjoint=True)  # K_zz⁻¹ K_zx
+    a_w_t, proj_t = projections_from_kzx(tf.transpose(flat), Kzz_chol, whiten)  # [M, N'] each
     back = lambda t: tf.reshape(tf.transpose(t), shape)  # noqa: E731
     return back(a_w_t), back(proj_t)
 
@@ -53,18 +48,30 @@ def conditional_noise(eps, a_w, mask, jitter, *, k_diag=None, k_block=None):
     return tf.linalg.matmul(safe_cholesky(k_tilde, jitter=jitter), eps) * mask[..., None]
 
 
+def projections_from_kzx(Kzx, Kzz_chol, whiten: bool):
+    """`projections` transposed, from `Kzx [M, N]`: L⁻¹ K_zx and the projection applied to q(u)
+    (L⁻¹ K_zx whitened, K_zz⁻¹ K_zx otherwise) → both `[M, N]`."""
+    Kzx = tf.convert_to_tensor(Kzx)
+    Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kzx.dtype)
+    a_w_t = tf.linalg.triangular_solve(Kzz_chol, Kzx, lower=True)
+    return a_w_t, a_w_t if whiten else tf.linalg.triangular_solve(Kzz_chol, a_w_t, lower=True, adjoint=True)
+
+
 def marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal),
     from the cross-covariance in the layout the solves take: `Kzx [M, N]` (no transposes).
 
-    `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`. The P latents'
-    (B L_S) products are one `[N, M] × [M, P·M]` matmul.
+    `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
     """
-    Kzx = tf.convert_to_tensor(Kzx)
-    Kzz_chol = tf.convert_to_tensor(Kzz_chol, Kzx.dtype)
-    q_mu, q_sqrt = tf.convert_to_tensor(q_mu, Kzx.dtype), tf.convert_to_tensor(q_sqrt, Kzx.dtype)
-    a_w_t = tf.linalg.triangular_solve(Kzz_chol, Kzx, lower=True)  # L⁻¹ K_zx [M, N]
-    proj_t = a_w_t if whiten else tf.linalg.triangular_solve(Kzz_chol, a_w_t, lower=True, adjoint=True)
+    return marginals_from_projections(*projections_from_kzx(Kzx, Kzz_chol, whiten), Kxx_diag, q_mu, q_sqrt)
+
+
+def marginals_from_projections(a_w_t, proj_t, Kxx_diag, q_mu, q_sqrt):
+    """Marginals of q(f) → (`[N, P]`, `[N, P]`) from `a_w_t` = L⁻¹ K_zx `[M, N]` (for K̃) and `proj_t`
+    `[M, N]`, the projection applied to q(u) (`a_w_t` whitened, K_zz⁻¹ K_zx otherwise; seed eq. 17).
+    The P latents' (B L_S) products are one `[N, M] × [M, P·M]` matmul.
+    """
+    q_mu, q_sqrt = tf.convert_to_tensor(q_mu, a_w_t.dtype), tf.convert_to_tensor(q_sqrt, a_w_t.dtype)
     mean = tf.linalg.matmul(proj_t, q_mu, transpose_a=True)  # [N, P]
     var = (Kxx_diag - tf.reduce_sum(a_w_t**2, 0))[:, None]  # [N, 1]: diag of K̃
     if q_sqrt.shape.rank == 3:
@@ -108,12 +115,13 @@ def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
 def mixture_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
     """`conditional_marginals` for every mixture component: `q_mu [K, M, P]`, `q_sqrt [K, ...]`
     → (`[K, N, P]`, `[K, N, P]`)."""
-    return mixture_marginals_from_kzx(tf.linalg.matrix_transpose(Kxz), Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten)
+    a_w_t, proj_t = projections_from_kzx(tf.linalg.matrix_transpose(Kxz), Kzz_chol, whiten)
+    return mixture_marginals_from_projections(a_w_t, proj_t, Kxx_diag, q_mu, q_sqrt)
 
 
-def mixture_marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
-    """`mixture_marginals` from `Kzx [M, N]` → (`[K, N, P]`, `[K, N, P]`)."""
-    parts = [marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, mu, sqrt, whiten) for mu, sqrt in components(q_mu, q_sqrt)]
+def mixture_marginals_from_projections(a_w_t, proj_t, Kxx_diag, q_mu, q_sqrt):
+    """`marginals_from_projections` for every mixture component → (`[K, N, P]`, `[K, N, P]`)."""
+    parts = [marginals_from_projections(a_w_t, proj_t, Kxx_diag, mu, sqrt) for mu, sqrt in components(q_mu, q_sqrt)]
     return tf.stack([m for m, _ in parts]), tf.stack([v for _, v in parts])
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import tensorflow as tf
 
 from gpseq.features.padded import PaddedRows
-from gpseq.gp.conditionals import mixture_marginals_from_kzx
+from gpseq.gp.conditionals import mixture_marginals_from_projections, projections_from_kzx
 from gpseq.gp.likelihoods import Gaussian
-from gpseq.gp.linalg import safe_cholesky
+from gpseq.gp.linalg import safe_cholesky, whitened_solve
 from gpseq.gp.variational import VariationalGaussian
 
 
@@ -52,20 +52,28 @@ class SVGP(tf.Module):
 
     def predict_f_components(self, X):
         """Marginals of q(f) per mixture component at `X [N, D]` (or padded rows) → (`[K, N, P]`, `[K, N, P]`)."""
-        return self._marginals(X, self.q.parameters(), self.kzz_cholesky())
+        return self._marginals(X, self.q.parameters())[:2]
 
-    def _marginals(self, X, parameters, Kzz_cholesky):
-        q_mu, q_sqrt = parameters
+    def _marginals(self, X, parameters):
+        """(mean, var) `[K, N, P]` each and chol(K_zz) (None whitened: the solve L⁻¹ K_zx is then one op
+        with its own gradient, `whitened_solve`, and nothing else needs L)."""
         Z = self.inducing_inputs
         # K_zx in the layout of the solves (padded sparse rows are a kernel's first argument only)
         Kzx = tf.linalg.matrix_transpose(self.kernel.K(X, Z)) if isinstance(X, PaddedRows) else self.kernel.K(Z, X)
-        return mixture_marginals_from_kzx(Kzx, Kzz_cholesky, self.kernel.K_diag(X), q_mu, q_sqrt, self.whiten)
+        if self.whiten:
+            Kzz_cholesky = None
+            a_w_t = proj_t = whitened_solve(self.kernel.K(Z), Kzx, jitter=self.jitter)
+        else:
+            Kzz_cholesky = self.kzz_cholesky()
+            a_w_t, proj_t = projections_from_kzx(Kzx, Kzz_cholesky, whiten=False)
+        mean, var = mixture_marginals_from_projections(a_w_t, proj_t, self.kernel.K_diag(X), *parameters)
+        return mean, var, Kzz_cholesky
 
     def elbo(self, batch):
         """Minibatch ELBO: `batch = (X [B, D], Y [B, ...])`, likelihood term rescaled by N / B → scalar."""
         X, Y = batch
-        parameters, Kzz_cholesky = self.q.parameters(), self.kzz_cholesky()  # each once: marginals and KL share them
-        mean, var = self._marginals(X, parameters, Kzz_cholesky)  # [K, B, P]
+        parameters = self.q.parameters()  # once: the marginals and the KL share them (and chol(K_zz))
+        mean, var, Kzz_cholesky = self._marginals(X, parameters)  # [K, B, P]
         pi = self.q.mixture_weights()
         var_exp = tf.add_n([pi[k] * tf.reduce_sum(self.likelihood.variational_expectations(mean[k], var[k], Y))
                             for k in range(self.q.num_components)])
@@ -73,7 +81,7 @@ class SVGP(tf.Module):
             scale = tf.ones([], self.dtype)
         else:
             scale = tf.cast(self.num_data, self.dtype) / tf.cast(tf.shape(mean)[1], self.dtype)
-        kl = self.q.kl(None if self.whiten else Kzz_cholesky, parameters)
+        kl = self.q.kl(Kzz_cholesky, parameters)
         return var_exp * scale - kl
 
     def loss(self, batch, seed=None):
