@@ -24,6 +24,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_diabetes  # noqa: E402
 
+from _common import run_meta  # noqa: E402
+
 from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, kmeans_inducing  # noqa: E402
 from gpseq.training.trainer import Trainer  # noqa: E402
 
@@ -123,6 +125,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer steps (under a minute)")
     parser.add_argument("--json", type=str, default=None, help="write the figures as flat JSON here")
     args = parser.parse_args(argv)
+    started, load_start = time.perf_counter(), os.getloadavg()[0]
     rng = np.random.default_rng(0)
     data = datasets(rng)
     steps, repeats, nlpd_steps = (10, 2, 150) if args.quick else (30, 3, 600)
@@ -143,6 +146,12 @@ def main(argv=None):
     results["nlpd_steps"] = nlpd_steps
     print(f"test NLPD after {nlpd_steps} steps (diabetes, M=100): natgrad+Adam {nlpd['natgrad']:.4f}, "
           f"Adam {nlpd['adam']:.4f}")
+    import gpflow
+
+    results["meta/gpflow_version"] = gpflow.__version__
+    results["meta/load_average_1min_start"], results["meta/load_average_1min_end"] = load_start, os.getloadavg()[0]
+    results.update(run_meta("svgp.py", args.quick, started))
+    print(f"load average (1 min) {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)
