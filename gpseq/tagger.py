@@ -135,7 +135,8 @@ class Tagger:
         if dev is None and tcfg.dev_fraction > 0 and wants_dev and counted.sentences >= 10:
             from gpseq.corpora.splits import train_dev_split
 
-            dev_ids = train_dev_split(counted.sentences, tcfg.dev_fraction, seed=tcfg.seed)[1]
+            dev_ids = train_dev_split(counted.sentences, tcfg.dev_fraction, seed=tcfg.seed,
+                                      max_dev=tcfg.dev_max_sentences)[1]
         train, held_out = corpus_passes.split(train, counted, dev_ids)
         dev = held_out if dev_ids is not None else dev
         seen: set = set()

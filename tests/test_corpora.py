@@ -327,6 +327,8 @@ def test_train_dev_split():
     assert len(dev) == 5 and sorted(np.concatenate([train, dev]).tolist()) == list(range(50))
     assert np.array_equal(dev, train_dev_split(50, 0.1, seed=0)[1])
     assert len(train_dev_split(3, 0.01)[1]) == 1
+    capped_train, capped_dev = train_dev_split(50, 0.1, seed=0, max_dev=3)  # the first 3 of the same draw
+    assert len(capped_dev) == 3 and set(capped_dev) <= set(dev) and len(capped_train) == 47
     with pytest.raises(ConfigError):
         train_dev_split(10, 1.0)
 

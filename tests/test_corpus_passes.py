@@ -91,3 +91,20 @@ def test_split_keeps_the_dev_sentences_and_selects_the_rest_in_order():
     seen: set = set()
     assert list(corpus_passes.labelled(sentences, seen)) == sentences
     assert seen == {label for s in sentences for label in s.labels}
+
+
+def test_the_dev_split_is_capped_at_dev_max_sentences():
+    from gpseq.config import TaggerConfig
+    from gpseq.features import get_preset
+    from gpseq.tagger import Tagger
+
+    sentences = read_conll(SAMPLE / "train.conll")
+    config = TaggerConfig(features=get_preset("chunking"))
+    config.training.dev_max_sentences = 7
+    config.training.cross_fit_tokens = 0  # the dev split itself calibrates
+    tagger = Tagger.train(CorpusFile(SAMPLE / "train.conll"), config)
+    assert tagger.scores["dev_sentences"] == 7 < round(0.1 * len(sentences))
+    assert tagger.scores["train_sentences"] == len(sentences) - 7
+    config.training.dev_max_sentences = 0
+    with pytest.raises(Exception, match="dev_max_sentences"):
+        config.validate()

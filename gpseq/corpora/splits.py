@@ -24,12 +24,14 @@ def kfold_indices(n: int, k: int, seed: int = 0) -> list[tuple[np.ndarray, np.nd
     return out
 
 
-def train_dev_split(n: int, dev_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(train_idx, dev_idx) over range(n): round(n · dev_fraction) random indices (≥ 1) go to dev."""
+def train_dev_split(n: int, dev_fraction: float, seed: int = 0,
+                    max_dev: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, dev_idx) over range(n): round(n · dev_fraction) random indices (≥ 1, at most
+    `max_dev`) go to dev."""
     if not 0.0 < dev_fraction < 1.0:
         raise ConfigError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
     if n < 2:
         raise ConfigError(f"a train/dev split needs at least 2 sentences, got {n}")
-    n_dev = min(max(1, round(n * dev_fraction)), n - 1)
+    n_dev = min(max(1, round(n * dev_fraction)), n - 1, max_dev if max_dev is not None else n)
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[n_dev:]).astype(np.int64), np.sort(order[:n_dev]).astype(np.int64)

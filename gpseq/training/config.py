@@ -41,6 +41,8 @@ class TrainingConfig:
     # estimator's default, 1 pathwise, 16 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
     seed: int = 0
     dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
+    dev_max_sentences: int | None = 2000  # at most this many sentences in that slice: it is held in memory
+    # (a large corpus is not), and a few thousand sentences choose λ and calibrate as well as more
     early_stopping: str = "nll"  # "f1" | "nll" | "none"
     patience: int = 3  # evaluations without improvement before stopping
     eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
@@ -73,6 +75,9 @@ class TrainingConfig:
             raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
         if not 0.0 <= self.dev_fraction < 1.0:
             raise ConfigError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
+        if self.dev_max_sentences is not None and (not isinstance(self.dev_max_sentences, int)
+                                                   or self.dev_max_sentences < 1):
+            raise ConfigError(f"dev_max_sentences must be an integer >= 1 or null, got {self.dev_max_sentences!r}")
         if self.cross_fit_folds == 1 or self.cross_fit_folds < 0 or self.cross_fit_tokens < 0:
             raise ConfigError("cross_fit_folds must be 0 or >= 2 and cross_fit_tokens >= 0")
         if any(not isinstance(v, (int, float)) or v <= 0 for v in self.prior_variance_grid or []):
