@@ -39,6 +39,7 @@ from _common import machine  # noqa: E402
 from svgp import _repeat, _standardise, gpflow_adam_step  # noqa: E402  (benchmarks/svgp.py's datasets)
 
 from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, GPNet, kmeans_inducing  # noqa: E402
+from gpseq.gp.gpnet import GPNetTrainer  # noqa: E402
 from gpseq.training.trainer import Trainer  # noqa: E402
 
 BATCH = 256
@@ -85,8 +86,8 @@ def _kernel_ours(D):
 class Runner:
     """A model with `train_step(batch)` and `evaluate(X, Y) → (nlpd, rmse or accuracy)`."""
 
-    def __init__(self, name, step, predict_density, predict_mean, kind):
-        self.name, self.step, self.kind = name, step, kind
+    def __init__(self, name, step, predict_density, predict_mean, kind, setup=None):
+        self.name, self.step, self.kind, self.setup = name, step, kind, setup
         self._density = tf.function(predict_density)
         self._mean = tf.function(predict_mean)
 
@@ -116,14 +117,20 @@ def gpflow_svgp(kind, X, Z, lr):
                   lambda X: model.predict_y(X)[0], kind)
 
 
-def gpnet(kind, X, args, pool=None):
+def gpnet(kind, X, Y, args):
+    """GPNet as `GPNet.fit` trains it: the library's defaults unless an option overrides them;
+    `setup` (the exact-GP pre-training) is timed as training."""
     D = X.shape[1]
-    model = GPNet(_kernel_ours(D), _likelihood_ours(kind), X if pool is None else pool, num_data=len(X),
-                  num_features=args.features, num_measurement=args.measurement, beta0=args.beta0,
-                  beta_decay=args.beta_decay, residual_hidden=args.residual, seed=0)
-    trainer = Trainer(model, learning_rate=args.gpnet_lr)
+    options = {"num_features": args.features, "num_measurement": args.measurement, "beta0": args.beta0,
+               "beta_decay": args.beta_decay, "residual_hidden": args.residual}
+    model = GPNet(_kernel_ours(D), _likelihood_ours(kind), X, num_data=len(X),
+                  **{k: v for k, v in options.items() if v is not None})
+    fit = {"learning_rate": args.gpnet_lr, "update": args.update, "pretrain_points": args.pretrain_points}
+    fit = {k: v for k, v in fit.items() if v is not None}
+    pretrain_points = fit.pop("pretrain_points", 1000)
+    trainer = GPNetTrainer(model, **fit)
     return Runner("GPNet", trainer.step, lambda X, Y: model.predict_log_density((X, Y)),
-                  lambda X: model.predict_y(X)[0], kind)
+                  lambda X: model.predict_y(X)[0], kind, setup=lambda: model.pretrain(X, Y, num_points=pretrain_points))
 
 
 # ---- runs ----------------------------------------------------------------------------------------
@@ -132,6 +139,11 @@ def run(runner, X, Y, Xte, Yte, *, steps=None, budget=None, eval_every=100, eval
     evaluation history [(step, train seconds, nlpd, metric)]."""
     rng = np.random.default_rng(seed)
     history, spent, step, last_eval = [], 0.0, 0, 0.0
+    if runner.setup is not None:
+        start = time.perf_counter()
+        runner.setup()
+        spent = time.perf_counter() - start
+        print(f"    {runner.name:<12} setup {spent:.1f} s", flush=True)
     while True:
         idx = rng.integers(0, len(X), BATCH)
         batch = (tf.constant(X[idx]), tf.constant(Y[idx]))
@@ -170,27 +182,41 @@ def main(argv=None):
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--budget", type=float, default=300.0, help="training seconds per model, 1 M set")
     parser.add_argument("--large", type=int, default=1_000_000, help="training points of the synthetic set")
-    parser.add_argument("--features", type=int, default=1000, help="GPNet random features (cos/sin pairs × 2)")
-    parser.add_argument("--measurement", type=int, default=100, help="GPNet measurement points per step")
-    parser.add_argument("--gpnet-lr", type=float, default=0.01)
-    parser.add_argument("--beta0", type=float, default=1.0)
-    parser.add_argument("--beta-decay", type=float, default=1.0)
-    parser.add_argument("--residual", type=int, default=0, help="GPNet residual MLP width (0: none)")
+    # GPNet settings: the library's defaults (GPNet, GPNet.fit) unless given
+    parser.add_argument("--features", type=int, default=None, help="GPNet random features (cos/sin pairs × 2)")
+    parser.add_argument("--measurement", type=int, default=None, help="GPNet measurement points per step")
+    parser.add_argument("--gpnet-lr", type=float, default=None)
+    parser.add_argument("--beta0", type=float, default=None)
+    parser.add_argument("--beta-decay", type=float, default=None)
+    parser.add_argument("--residual", type=int, default=None, help="GPNet residual MLP width (0: none)")
+    parser.add_argument("--update", choices=["auto", "closed_form", "gradient"], default=None,
+                        help="GPNet weight step (GPNetTrainer)")
+    parser.add_argument("--pretrain-points", type=int, default=None, help="GPNet exact-GP pre-training points (0: none)")
     parser.add_argument("--only", choices=["small", "large"], default=None)
+    parser.add_argument("--sets", default="regression,binary", help="small sets to run (comma-separated)")
+    parser.add_argument("--models", default="gpnet,gpseq_svgp,gpflow_svgp",
+                        help="comma-separated subset of gpnet, gpseq_svgp, gpflow_svgp")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.budget, args.large = 300, 30.0, 100_000
     tf.random.set_seed(0)
-    results = {"machine": machine(), "batch": BATCH, "inducing": 500, "gpnet_features": args.features,
-               "gpnet_measurement": args.measurement, "gpnet_lr": args.gpnet_lr, "beta0": args.beta0,
-               "beta_decay": args.beta_decay, "gpnet_residual": args.residual}
+    models = args.models.split(",")
+    results = {"machine": machine(), "batch": BATCH, "inducing": 500,
+               "gpnet_options": {k: getattr(args, k) for k in ("features", "measurement", "gpnet_lr", "beta0",
+                                                             "beta_decay", "residual", "update", "pretrain_points")}}
     metric_name = {"regression": "rmse", "binary": "accuracy"}
     if args.only in (None, "small"):
         for name, (kind, X, Y, Xte, Yte) in small_sets().items():
+            if name not in args.sets.split(","):
+                continue
             print(f"{name}: N = {len(X)}, D = {X.shape[1]}, test {len(Xte)}", flush=True)
-            Z = kmeans_inducing(X, 500, seed=0)
-            for key, runner in (("gpnet", gpnet(kind, X, args)), ("gpseq_svgp", gpseq_svgp(kind, X, Z, 0.01)),
-                                ("gpflow_svgp", gpflow_svgp(kind, X, Z, 0.01))):
+            Z = kmeans_inducing(X, 500, seed=0) if set(models) - {"gpnet"} else None
+            for key, make in (("gpnet", lambda: gpnet(kind, X, Y, args)),
+                              ("gpseq_svgp", lambda: gpseq_svgp(kind, X, Z, 0.01)),
+                              ("gpflow_svgp", lambda: gpflow_svgp(kind, X, Z, 0.01))):
+                if key not in models:
+                    continue
+                runner = make()
                 history = run(runner, X, Y, Xte, Yte, steps=args.steps, eval_every=args.eval_every)
                 seconds, step = converged(history)
                 _, total, nlpd, metric = history[-1]
@@ -200,6 +226,8 @@ def main(argv=None):
                 results[f"{name}_{key}_seconds_to_convergence"] = seconds
                 results[f"{name}_{key}_steps_to_convergence"] = step
                 results[f"{name}_{key}_seconds_per_step"] = total / history[-1][0]
+            if "gpnet" not in models or "gpseq_svgp" not in models:
+                continue
             ratio = results[f"{name}_gpnet_nlpd"] / results[f"{name}_gpseq_svgp_nlpd"]
             results[f"{name}_gpnet_nlpd_relative_to_svgp"] = ratio
             # NLPD can be negative or near 0; the target is read on the difference relative to |SVGP|
@@ -210,11 +238,15 @@ def main(argv=None):
         kind, X, Y, Xte, Yte = synthetic(args.large)
         print(f"synthetic: N = {len(X)}, D = {X.shape[1]}, test {len(Xte)}, budget {args.budget:.0f} s", flush=True)
         sub = X[np.random.default_rng(3).choice(len(X), 20_000, replace=False)]
-        Z = kmeans_inducing(sub, 500, seed=0)
+        Z = kmeans_inducing(sub, 500, seed=0) if set(models) - {"gpnet"} else None
         results["large_n"] = len(X)
         results["large_budget_s"] = args.budget
-        for key, runner in (("gpnet", gpnet(kind, X, args)), ("gpseq_svgp", gpseq_svgp(kind, X, Z, 0.01)),
-                            ("gpflow_svgp", gpflow_svgp(kind, X, Z, 0.01))):
+        for key, make in (("gpnet", lambda: gpnet(kind, X, Y, args)),
+                          ("gpseq_svgp", lambda: gpseq_svgp(kind, X, Z, 0.01)),
+                          ("gpflow_svgp", lambda: gpflow_svgp(kind, X, Z, 0.01))):
+            if key not in models:
+                continue
+            runner = make()
             history = run(runner, X, Y, Xte, Yte, budget=args.budget, eval_seconds=args.budget / 10)
             step, total, nlpd, rmse = history[-1]
             results[f"large_{key}_nlpd"], results[f"large_{key}_rmse"] = nlpd, rmse

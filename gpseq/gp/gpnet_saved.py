@@ -44,6 +44,7 @@ def gpnet_config(model) -> dict:
         "spread": model.spread, "spread_scale": model.spread_scale, "full_cov": model.full_cov,
         "residual_hidden": model.residual_hidden, "beta0": model.beta0, "beta_decay": model.beta_decay,
         "learn_hyperparameters": model.learn_hyperparameters, "jitter": model.jitter,
+        "projection_ridge": model.projection_ridge,
     }
 
 
@@ -83,6 +84,6 @@ def load_gpnet(cls, path: str | os.PathLike, inputs=None):
                 spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
                 residual_hidden=config["residual_hidden"], beta0=config["beta0"],
                 beta_decay=config["beta_decay"], learn_hyperparameters=config["learn_hyperparameters"],
-                jitter=config["jitter"])
+                projection_ridge=config.get("projection_ridge", 0.0), jitter=config["jitter"])
     model.set_state(state)
     return model
