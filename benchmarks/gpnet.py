@@ -9,8 +9,11 @@ minibatches of 256 drawn from the same seeded stream, Adam.
 
 - gpseq SVGP and GPflow SVGP: M = 500 K-means inducing inputs (fixed), whitened full-covariance
   q(u), Adam (learning rate 0.01) on the ELBO.
-- GPNet (`gpseq.gp.GPNet`): random Fourier features (`--features`), full weight covariance,
-  `--measurement` measurement points per step, β_t = β₀ / (1 + decay √t), Adam (`--gpnet-lr`).
+- GPNet (`gpseq.gp.GPNet`) as `GPNet.fit` trains it, with the library's defaults unless an option
+  overrides one: exact-GP pre-training of the hyperparameters on 1,000 training points (Gaussian
+  likelihood; timed as training), then `GPNetTrainer` steps — random Fourier features, full weight
+  covariance, measurement points per step, β_t = β₀ / (1 + decay √t), the closed-form weight step
+  for a Gaussian likelihood (Adam on it for Bernoulli), Adam 0.01 on everything else.
 
 Small sets: each model runs `--steps` steps; test NLPD (and RMSE or accuracy) is evaluated every
 `--eval-every` steps, and the wall time to convergence is the training time (evaluations
@@ -18,7 +21,7 @@ excluded) until the test NLPD first comes within 1 % (at least 0.005 nats) of th
 1 M set: each model trains for the same wall-time budget (`--budget` seconds) and is evaluated
 along the way; the figures are at the budget.
 
-    python benchmarks/gpnet.py [--quick] [--json PATH]
+    python benchmarks/gpnet.py [--quick] [--json PATH] [--only small|large] [--models gpnet,...]
 """
 
 from __future__ import annotations
