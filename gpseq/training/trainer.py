@@ -126,7 +126,6 @@ class Trainer:
             raise NumericalError(f"non-finite loss {value} at step {self.state.step} "
                                  "(a Cholesky factor failed or the learning rate is too large)")
         self.state.step += 1
-        self.step_var.assign(self.state.step)
         return value
 
     def fit(self, data, max_steps: int | None = None, *, resume: bool = False) -> TrainState:
@@ -170,7 +169,6 @@ class Trainer:
             loss, applied = step_fn(batch, self._seed(step))
             step += 1
             self.state.step = step
-            self.step_var.assign(step)
             if not bool(applied):
                 bad_in_a_row += 1
                 self.state.skipped_steps += 1
@@ -206,6 +204,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         """Writes model + optimisers + state to `checkpoint_dir/checkpoint` (chief only; atomic)."""
         if self.checkpoints is not None:
+            self.step_var.assign(self.state.step)  # here, not per step: an eager assign cost ~0.1 ms a step
             self.checkpoints.save(asdict(self.state), self._best_values)
 
     def restore_checkpoint(self) -> bool:
