@@ -103,6 +103,8 @@ class GPNet(tf.Module):
     `kernel` with `num_features` features, or the exact map of a `Linear` kernel).
     """
 
+    PRETRAIN_NOISE_FLOOR = 1e-3
+
     def __init__(
         self,
         kernel,
@@ -411,6 +413,8 @@ class GPNet(tf.Module):
         on `num_points` training points drawn at random (L-BFGS), then sets the feature map's
         hyperparameters to the kernel's — the reference code's pre-training. Gaussian likelihood
         only (otherwise, or with `num_points` 0 or `learn_hyperparameters` off, nothing changes).
+        A fit whose noise variance falls below `PRETRAIN_NOISE_FLOOR` × the targets' variance has
+        interpolated the subset (e.g. repeated rows) and is discarded (the starting values kept).
         Returns the subset's log marginal likelihood per point after fitting (or None)."""
         if not isinstance(self.likelihood, Gaussian) or num_points <= 0 or not self.learn_hyperparameters:
             return None
@@ -448,6 +452,12 @@ class GPNet(tf.Module):
         result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
                                          options={"maxiter": max_iterations})
         assign(result.x if np.isfinite(result.fun) else x0)
+        noise = float(tf.reduce_min(tf.convert_to_tensor(self.likelihood.variance)))
+        if noise < self.PRETRAIN_NOISE_FLOOR * float(np.var(Y.numpy())):
+            # the subset was interpolated (e.g. repeated rows): such hyperparameters would make the
+            # model overconfident off the training inputs — keep the starting ones
+            assign(x0)
+            return None
         self.copy_kernel_to_features()
         return -float(value_and_gradient()[0])
 
