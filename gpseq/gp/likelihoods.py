@@ -24,23 +24,30 @@ def log_normal_cdf(x):
     """log Φ(x) elementwise, accurate over the whole real line, with one erfc per element.
 
     Φ(−|x|) = erfc(|x|/√2)/2 is accurate relative to itself, so log Φ(x) = log Φ(−|x|) for x < 0 and
-    log1p(−Φ(−|x|)) for x ≥ 0; below x = −20 the series Φ(x) = φ(x)/(−x) · (1 − x⁻² + 3x⁻⁴ − 15x⁻⁶ + …).
-    The gradient is φ(x)/Φ(x) = exp(log φ(x) − log Φ(x)) (−x / series in the tail): no autodiff
-    through the branches.
+    log1p(−Φ(−|x|)) for x ≥ 0; below x = −20 the series Φ(x) = φ(x)/(−x) · (1 − x⁻² + 3x⁻⁴ − 15x⁻⁶ + …)
+    (evaluated only when some element is there). The gradient is φ(x)/Φ(x) = exp(log φ(x) − log Φ(x))
+    (−x / series in the tail): no autodiff through the branches.
     """
     tail_mass = 0.5 * tf.math.erfc(tf.abs(x) * np.sqrt(0.5))  # Φ(−|x|)
-    x_tail = tf.minimum(x, _TAIL)
-    inv_sq = 1.0 / x_tail**2
-    series = 1.0 - inv_sq * (1.0 - inv_sq * (3.0 - 15.0 * inv_sq))
-    log_tail = -0.5 * x_tail**2 - tf.math.log(-x_tail) - _LOG_SQRT_2PI + tf.math.log(series)
+    y = tf.where(x < 0.0, tf.math.log(tail_mass), tf.math.log1p(-tail_mass))
     in_tail = x < _TAIL
-    y = tf.where(in_tail, log_tail, tf.where(x < 0.0, tf.math.log(tail_mass), tf.math.log1p(-tail_mass)))
+    any_tail = tf.reduce_any(in_tail)
+    y = tf.cond(any_tail, lambda: tf.where(in_tail, _lower_tail(x)[0], y), lambda: y)
 
     def grad(upstream):
-        ratio = tf.where(in_tail, -x_tail / series, tf.exp(-0.5 * x**2 - _LOG_SQRT_2PI - y))  # φ(x)/Φ(x)
+        ratio = tf.exp(-0.5 * x**2 - _LOG_SQRT_2PI - y)  # φ(x)/Φ(x)
+        ratio = tf.cond(any_tail, lambda: tf.where(in_tail, _lower_tail(x)[1], ratio), lambda: ratio)
         return upstream * ratio
 
     return y, grad
+
+
+def _lower_tail(x):
+    """(log Φ(x), φ(x)/Φ(x)) by the asymptotic series at min(x, −20)."""
+    x = tf.minimum(x, _TAIL)
+    inv_sq = 1.0 / x**2
+    series = 1.0 - inv_sq * (1.0 - inv_sq * (3.0 - 15.0 * inv_sq))
+    return -0.5 * x**2 - tf.math.log(-x) - _LOG_SQRT_2PI + tf.math.log(series), -x / series
 
 
 class Gaussian(tf.Module):
