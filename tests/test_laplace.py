@@ -514,3 +514,41 @@ def test_calibration_in_parts_equals_calibration_on_the_whole_dev_split(monkeypa
     assert parts.keys() == whole.keys()
     for key in whole:
         assert parts[key] == pytest.approx(whole[key], rel=1e-9)
+
+
+def test_one_standard_error_rule_on_paired_sentence_nlls():
+    """`significantly_better`: the mean paired difference per token against one standard error
+    (√B · sd of the per-sentence differences / tokens), by hand."""
+    from gpseq.training.prior_path import significantly_better
+
+    best = {"dev_sentence_nll": np.array([2.0, 3.0, 1.0, 4.0]), "dev_tokens": 10}
+    # differences −0.2, −0.1, −0.3, −0.2: mean per token −0.08; sd 0.08165 → SE 2 · 0.08165 / 10 = 0.0163
+    assert significantly_better({"dev_sentence_nll": np.array([1.8, 2.9, 0.7, 3.8]), "dev_tokens": 10}, best)
+    # differences −0.5, +0.4, −0.3, +0.2: mean −0.02; sd 0.4203 → SE 0.0841: within it
+    assert not significantly_better({"dev_sentence_nll": np.array([1.5, 3.4, 0.7, 4.2]), "dev_tokens": 10}, best)
+    assert not significantly_better(best, best)
+
+
+def test_calibration_reports_each_dev_sentence_nll_at_the_fitted_temperature():
+    from gpseq.training.laplace import calibrate
+
+    sentences, featurizer, labels, data_of = _sample_problem()
+    groups, names = featurizer.column_groups()
+    fit = fit_laplace(NumpyChainObjective(data_of(sentences[:36]), len(labels)), groups, names, max_iterations=30)
+    dev = data_of(sentences[36:])
+    fitted = calibrate(fit, dev, variance_scale=False, sentences=True)
+    assert fitted["dev_tokens"] == dev.n_tokens and len(fitted["dev_sentence_nll"]) == len(dev)
+    assert fitted["dev_sentence_nll"].sum() / dev.n_tokens == pytest.approx(fitted["dev_token_nll"], rel=1e-10)
+    # each sentence's NLL by itself: the same predictive on that sentence alone
+    one = dev.subset(np.array([3]))
+    alone = calibrate(fit, one, variance_scale=False, sentences=True)
+    from gpseq.training.calibration import calibrated_potentials
+    from gpseq.structured.numpy_chain import TimeMajor
+
+    mean, variance = fit.unary_moments(one.rows)
+    unary, pairwise = calibrated_potentials(mean, variance, fit.pairwise, fit.pairwise_variance, 1e-5,
+                                            fitted["temperature"])
+    marg, _, _ = TimeMajor(one.offsets).forward_backward(unary, pairwise, pairs=False)
+    expected = -np.log(marg[np.arange(one.n_tokens), one.label_ids]).sum()
+    assert fitted["dev_sentence_nll"][3] == pytest.approx(expected, rel=1e-9)
+    assert alone["dev_sentence_nll"].shape == (1,)

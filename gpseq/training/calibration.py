@@ -58,7 +58,7 @@ def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarra
 
 def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1e-5, 1.0),
                           log_temperature_scale: float = LOG_TEMPERATURE_SCALE,
-                          variance_scale: bool = True) -> dict[str, float]:
+                          variance_scale: bool = True, sentences: bool = False) -> dict[str, float]:
     """`fit_calibration` of one (α, T) over several held-out parts, each
     `(mean, variance, pair_mean, pair_variance, labels, offsets)` predicted by its own fit (the
     out-of-fold predictions of cross-fitting): the NLL is per token of all parts together.
@@ -69,7 +69,10 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     is (α, T) refined jointly by L-BFGS-B from it. The NLL is flat in α where α v ≪ 1, so a
     fitted α at the low end of the grid means the posterior variance does not help on these
     tokens (what every corpus measured so far shows): the first search is then the answer.
-    `variance_scale=False`: T alone (α stays `start[0]`), e.g. to rank candidate fits cheaply."""
+    `variance_scale=False`: T alone (α stays `start[0]`), e.g. to rank candidate fits cheaply.
+    `sentences`: also each held-out sentence's NLL at the fitted (α, T) (`dev_sentence_nll [B]`,
+    the parts' sentences in order) and the token count (`dev_tokens`), to compare fits sentence by
+    sentence (`gpseq.training.prior_path.significantly_better`)."""
     prepared = []
     for mean, variance, pair_mean, pair_variance, labels, offsets in parts:
         layout = TimeMajor(offsets)
@@ -79,13 +82,25 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
                          labels[token]))
     count = max(1, sum(len(part[5]) for part in prepared))
 
-    def token_nll(x):
-        total = 0.0
+    def token_nlls(x):
+        """−log p(gold) of every labelled token, part by part (time-major)."""
         for layout, mean, variance, pair_mean, pair_variance, token, gold in prepared:
             unary, pairwise = calibrated_potentials(mean, variance, pair_mean, pair_variance, *np.exp(x))
             marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
-            total -= np.log(np.maximum(marg[token, gold], 1e-12)).sum()
-        return total / count
+            yield -np.log(np.maximum(marg[token, gold], 1e-12))
+
+    def token_nll(x):
+        return sum(nll.sum() for nll in token_nlls(x)) / count
+
+    def sentence_nll(x):
+        """The NLL summed over each sentence's labelled tokens `[B]`, parts in order, each in corpus order."""
+        out = []
+        for (layout, *_, token, _), nll in zip(prepared, token_nlls(x)):
+            by_layout = np.bincount(layout.sentence_of[token], weights=nll, minlength=len(layout.sentences))
+            corpus = np.empty_like(by_layout)
+            corpus[layout.sentences] = by_layout
+            out.append(corpus)
+        return np.concatenate(out)
 
     def objective(x):  # per token: dev NLL + the prior on log T
         return token_nll(x) + 0.5 * (x[1] / log_temperature_scale) ** 2 / count
@@ -109,5 +124,8 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
             if result.fun < value:
                 value, x = float(result.fun), result.x
     alpha, temperature = np.exp(x)
-    return {"variance_scale": float(alpha), "temperature": float(temperature),
-            "dev_token_nll_uncalibrated": float(before), "dev_token_nll": float(token_nll(x))}
+    fitted = {"variance_scale": float(alpha), "temperature": float(temperature),
+              "dev_token_nll_uncalibrated": float(before), "dev_token_nll": float(token_nll(x))}
+    if sentences:
+        fitted.update(dev_sentence_nll=sentence_nll(x), dev_tokens=count)
+    return fitted
