@@ -66,7 +66,8 @@ def prior_candidates(training, model, has_dev: bool) -> list[tuple[float, float]
 
 
 def path_ends(candidates: dict, prior: tuple[float, float]) -> bool:
-    """Whether the L1 path of `prior`'s σ² ends at `prior`: its held-out NLL (`candidates`, by
+    """Whether the L1 path of `prior`'s σ² ends at `prior` under cross-fitting (a small corpus; on a
+    dev split the path follows `significantly_better`): its held-out NLL (`candidates`, by
     (σ², l1)) is above the best of that σ² so far. Along a path of decreasing L1 strengths the
     held-out NLL falls, then rises: the weaker strengths past the first rise are not fitted."""
     same = [nll for (variance, _), nll in candidates.items() if variance == prior[0] and nll is not None]
@@ -186,21 +187,24 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        candidates, best = {}, {}
+        candidates, chosen_by_variance = {}, {}
 
         def judge(prior, current):
-            """Rank by the dev NLL at the best T: a prior replaces the best so far only when it is
-            better by more than one standard error (`significantly_better`); the path of this σ²
-            ends at the first prior that is not."""
+            """Rank by the dev NLL at the best T: along the path of a σ², a prior replaces the one
+            chosen so far only when it is better by more than one standard error
+            (`significantly_better`), and the path ends at the first prior that is not."""
             ranked = calibrate(current, dev_data, variance_scale=False, sentences=True) \
                 if has_dev and tcfg.calibrate else None
             candidates[prior] = ranked["dev_token_nll"] if ranked else None
-            better = not best or (ranked is not None and significantly_better(ranked, best["ranked"]))
+            mine = chosen_by_variance.get(prior[0])
+            better = mine is None or (ranked is not None and significantly_better(ranked, mine["ranked"]))
             if better:
-                best.update(prior=prior, fit=current, ranked=ranked)
+                chosen_by_variance[prior[0]] = {"prior": prior, "fit": current, "ranked": ranked}
             return ranked is not None and not better
 
         run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
+        # across σ², the path whose choice has the least dev NLL
+        best = min(chosen_by_variance.values(), key=lambda c: candidates[c["prior"]] or 0.0)
         prior, chosen = best["prior"], best["fit"]
         calibration = calibrate(chosen, dev_data) if has_dev and tcfg.calibrate else None  # (α, T) in full
         dev_nll = candidates[prior] = calibration["dev_token_nll"] if calibration else None
