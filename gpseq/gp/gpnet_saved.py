@@ -84,6 +84,6 @@ def load_gpnet(cls, path: str | os.PathLike, inputs=None):
                 spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
                 residual_hidden=config["residual_hidden"], beta0=config["beta0"],
                 beta_decay=config["beta_decay"], learn_hyperparameters=config["learn_hyperparameters"],
-                projection_ridge=config.get("projection_ridge", 0.0), jitter=config["jitter"])
+                projection_ridge=config.get("projection_ridge", 1e-2), jitter=config["jitter"])
     model.set_state(state)
     return model
