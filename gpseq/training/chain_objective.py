@@ -300,6 +300,7 @@ class NumpyChainObjective:
         both.chunks, both.n_tokens = self.chunks + more.chunks, self.n_tokens + more.n_tokens
         both.support = np.union1d(self.support, more.support)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
+        both._dense, more._dense = self._dense, None  # one [D, V] scratch array for the weights
         return both
 
     def _spill_directory(self) -> Path:
