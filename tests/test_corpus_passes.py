@@ -108,3 +108,16 @@ def test_the_dev_split_is_capped_at_dev_max_sentences():
     config.training.dev_max_sentences = 0
     with pytest.raises(Exception, match="dev_max_sentences"):
         config.validate()
+
+
+def test_a_corpus_file_edited_between_passes_is_refused(tmp_path):
+    path = tmp_path / "train.conll"
+    path.write_text((SAMPLE / "dev.conll").read_text(encoding="utf-8"), encoding="utf-8")
+    corpus = CorpusFile(path)
+    counted = corpus_passes.scan(corpus)
+    train, _ = corpus_passes.split(corpus, counted, np.array([0, 2]))
+    assert len(list(train)) == counted.sentences - 2
+    with path.open("a", encoding="utf-8") as handle:  # a sentence appended by someone else
+        handle.write("\nextra NN O B-NP\n")
+    with pytest.raises(GpseqError, match="the corpus changed while training read it"):
+        list(train)

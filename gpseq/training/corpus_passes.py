@@ -61,12 +61,14 @@ class Selected:
         return self.sentences
 
     def __iter__(self) -> Iterator[Sentence]:
-        if self.keep is None:
-            yield from self.corpus
-            return
-        for sentence, kept in zip(self.corpus, self.keep):
-            if kept:
+        seen = 0
+        for sentence in self.corpus:
+            if self.keep is None or (seen < len(self.keep) and self.keep[seen]):
                 yield sentence
+            seen += 1
+        if self.keep is not None and seen != len(self.keep):  # a file edited between two passes
+            raise GpseqError(f"{self.corpus}: the corpus changed while training read it "
+                             f"({len(self.keep)} sentences, then {seen})")
 
 
 def split(corpus: Iterable[Sentence], counted: CorpusScan, dev_ids: np.ndarray | None):
