@@ -17,15 +17,7 @@ from gpseq.gp.kernels import RBF
 from gpseq.gp.likelihoods import Bernoulli, Gaussian
 
 
-def _rbf(X, Y, variance, lengthscale):
-    d2 = ((X[:, None, :] - Y[None, :, :]) / lengthscale) ** 2
-    return variance * np.exp(-0.5 * d2.sum(-1))
-
-
-def _regression(seed=0, N=30):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-3, 3, (N, 1))
-    return X, np.sin(2 * X) + 0.1 * rng.normal(size=(N, 1))
+from test_gp_gpnet import _rbf, _regression  # noqa: E402  (the exact-GP references of the GPNet tests)
 
 
 def _phi(net, X):
