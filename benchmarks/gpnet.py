@@ -41,8 +41,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes  # noqa: E402
 from _common import machine  # noqa: E402
 from svgp import _repeat, _standardise, gpflow_adam_step  # noqa: E402  (benchmarks/svgp.py's datasets)
 
-from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, GPNet, kmeans_inducing  # noqa: E402
-from gpseq.gp.gpnet import GPNetTrainer  # noqa: E402
+from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, GPNet, GPNetTrainer, kmeans_inducing  # noqa: E402
 from gpseq.training.trainer import Trainer  # noqa: E402
 
 BATCH = 256
@@ -136,6 +135,20 @@ def gpnet(kind, X, Y, args):
                   lambda X: model.predict_y(X)[0], kind, setup=lambda: model.pretrain(X, Y, num_points=pretrain_points))
 
 
+MODELS = ("gpnet", "gpseq_svgp", "gpflow_svgp")
+
+
+def runners(kind, X, Y, inducing_from, models, args):
+    """(key, Runner) for each of `models` in `MODELS` order, built when it is due (one model's
+    variables at a time); the SVGPs share 500 K-means inducing inputs of `inducing_from`."""
+    Z = kmeans_inducing(inducing_from, 500, seed=0) if set(models) - {"gpnet"} else None
+    make = {"gpnet": lambda: gpnet(kind, X, Y, args), "gpseq_svgp": lambda: gpseq_svgp(kind, X, Z, 0.01),
+            "gpflow_svgp": lambda: gpflow_svgp(kind, X, Z, 0.01)}
+    for key in MODELS:
+        if key in models:
+            yield key, make[key]()
+
+
 # ---- runs ----------------------------------------------------------------------------------------
 def run(runner, X, Y, Xte, Yte, *, steps=None, budget=None, eval_every=100, eval_seconds=None, seed=0):
     """Trains on seeded minibatches until `steps` or `budget` seconds of training; returns the
@@ -213,13 +226,7 @@ def main(argv=None):
             if name not in args.sets.split(","):
                 continue
             print(f"{name}: N = {len(X)}, D = {X.shape[1]}, test {len(Xte)}", flush=True)
-            Z = kmeans_inducing(X, 500, seed=0) if set(models) - {"gpnet"} else None
-            for key, make in (("gpnet", lambda: gpnet(kind, X, Y, args)),
-                              ("gpseq_svgp", lambda: gpseq_svgp(kind, X, Z, 0.01)),
-                              ("gpflow_svgp", lambda: gpflow_svgp(kind, X, Z, 0.01))):
-                if key not in models:
-                    continue
-                runner = make()
+            for key, runner in runners(kind, X, Y, X, models, args):
                 history = run(runner, X, Y, Xte, Yte, steps=args.steps, eval_every=args.eval_every)
                 seconds, step = converged(history)
                 _, total, nlpd, metric = history[-1]
@@ -241,15 +248,9 @@ def main(argv=None):
         kind, X, Y, Xte, Yte = synthetic(args.large)
         print(f"synthetic: N = {len(X)}, D = {X.shape[1]}, test {len(Xte)}, budget {args.budget:.0f} s", flush=True)
         sub = X[np.random.default_rng(3).choice(len(X), 20_000, replace=False)]
-        Z = kmeans_inducing(sub, 500, seed=0) if set(models) - {"gpnet"} else None
         results["large_n"] = len(X)
         results["large_budget_s"] = args.budget
-        for key, make in (("gpnet", lambda: gpnet(kind, X, Y, args)),
-                          ("gpseq_svgp", lambda: gpseq_svgp(kind, X, Z, 0.01)),
-                          ("gpflow_svgp", lambda: gpflow_svgp(kind, X, Z, 0.01))):
-            if key not in models:
-                continue
-            runner = make()
+        for key, runner in runners(kind, X, Y, sub, models, args):
             history = run(runner, X, Y, Xte, Yte, budget=args.budget, eval_seconds=args.budget / 10)
             step, total, nlpd, rmse = history[-1]
             results[f"large_{key}_nlpd"], results[f"large_{key}_rmse"] = nlpd, rmse

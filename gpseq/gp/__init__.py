@@ -22,9 +22,10 @@ __all__ = [
 
 # GPNet: an inference network trained by stochastic functional mirror descent, and random features
 from gpseq.gp.gpnet import GPNet  # noqa: E402
+from gpseq.gp.gpnet_training import GPNetTrainer  # noqa: E402
 from gpseq.gp.random_features import RandomFeatures  # noqa: E402
 
-__all__ += ["GPNet", "RandomFeatures"]
+__all__ += ["GPNet", "GPNetTrainer", "RandomFeatures"]
 
 # deep GPs (DSVI and the nested variational compression bound) and psi statistics
 from gpseq.gp.deep import DeepGP, GPLayer, build_deep_gp  # noqa: E402

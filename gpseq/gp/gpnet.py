@@ -38,24 +38,10 @@ and the target of the functional mirror-descent step,
   estimator (Gauss–Hermite for Bernoulli, Monte Carlo for Softmax, seeded by the step's seed).
   (With one step per t, the proximity term has zero gradient at γ = γ_t; it matters for the value.)
 
-**Closed-form step** (`GPNetTrainer`, `GPNet.fit`; Gaussian likelihood, full V). Algorithm 1 steps
-γ by one gradient step on KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)] (as the shared `Trainer` does with Adam).
-For the weight posterior the step can be taken exactly: q̂_{t+1}(f_M) = N(μ̂, Σ̂) and q_γ(f_M) =
-N(Φm + ξ, C), C = ΦVΦᵀ, so the KL is 0 for every N(m, V) with those moments at X_M, and of these
-`project` takes the one nearest the current network — it keeps q_{γ_t}(w | f_M):
-
-    m' = m + V Φᵀ C⁻¹ (μ̂ − Φm − ξ),   V' = V + V Φᵀ C⁻¹ (Σ̂ − C) C⁻¹ Φ V,
-
-which is the natural-gradient step of size 1 on that KL (precision Λ' = Λ − ΦᵀC⁻¹Φ + ΦᵀΣ̂⁻¹Φ).
-Where the features barely span a direction at X_M (C nearly singular) but the prior K puts
-variance there, the exact match needs huge weights; `projection_ridge` ρ conditions on f_M + ε,
-ε ~ N(0, δI), δ = ρ · mean diag C, instead (C → C + δI above; ρ = 0 is the exact step). The
-feature map's hyperparameters, the residual network and the prior hyperparameters still take
-one Adam step each on the loss below.
-
-**Pre-training** (`GPNet.pretrain`, the first part of `GPNet.fit`; as the reference code does):
-the kernel's and the noise's hyperparameters are fitted by the exact GP's marginal likelihood on
-1,000 random training points (L-BFGS), and the feature map starts from the fitted kernel.
+**Training** (`gpseq.gp.gpnet_training`): `GPNet.fit` pre-trains the prior hyperparameters by the
+exact GP's marginal likelihood on a random subset, then runs `GPNetTrainer`, whose weight step for a
+Gaussian likelihood and full V is the closed-form minimiser of KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)] nearest
+the current network (`project`); the shared `Trainer` takes Algorithm 1 literally (Adam on all).
 
 Prior hyperparameters (kernel, Gaussian noise) are learned as in the reference code, by ascending
 the minibatch bound log p(y_b) ≥ Σ_b E_{q_{γ_t}}[log p(y_b | f_b)] − KL[q_{γ_t}(f_b) ‖ p(f_b)]
@@ -74,11 +60,14 @@ import numpy as np
 import tensorflow as tf
 from gpseq._tfp import tfp
 
-from gpseq.errors import ConfigError, ModelFormatError, NumericalError
+from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.gp.gpnet_saved import gpnet_config, load_gpnet, save_gpnet
+from gpseq.gp.gpnet_training import GPNetTrainer, fit_gpnet, pretrain
 from gpseq.gp.likelihoods import Gaussian, Softmax
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.random_features import RandomFeatures
+
+__all__ = ["GPNet", "GPNetTrainer", "beta_schedule"]
 
 tfd = tfp.distributions
 
@@ -102,8 +91,6 @@ class GPNet(tf.Module):
     minibatch's inputs). `features`: a `RandomFeatures` map (default: random Fourier features of
     `kernel` with `num_features` features, or the exact map of a `Linear` kernel).
     """
-
-    PRETRAIN_NOISE_FLOOR = 1e-3
 
     def __init__(
         self,
@@ -360,34 +347,7 @@ class GPNet(tf.Module):
             - tf.reduce_sum(tfd.kl_divergence(q_b, prior_b))
         return network_loss - bound, X_M, target_mean, target_cov
 
-    # ---- the closed-form step on the weight posterior ---------------------------------------------
-    def project(self, X_M, target_mean, target_cov):
-        """The weight posterior N(m, V) that minimises KL[q_γ(f_M) ‖ q̂(f_M)] (it is 0 there:
-        q_{t+1}(f_M) = q̂(f_M)) and, of all such, is closest to the current one — it keeps the
-        network's conditional q_{γ_t}(w | f_M) (module docstring, "closed-form step") → (m `[F, P]`,
-        V^{1/2} `[P, F, F]`, ok), not assigned. Full weight covariance only; `target_*` as
-        `gaussian_target` returns them at `X_M [M, D]` (M ≤ F)."""
-        phi = self.features(X_M)  # [M, F]
-        L = self.q_sqrt()  # [P, F, F]
-        r = tf.transpose(tf.convert_to_tensor(target_mean, self.dtype)
-                         - tf.linalg.matmul(phi, self.q_mu) - self.residual_mean(X_M))[..., None]  # [P, M, 1]
-        A = tf.einsum("mf,pfg->pmg", phi, L)  # Φ L  [P, M, F]
-        F = tf.shape(A)[2]
-        C = tf.linalg.matmul(A, A, transpose_b=True)  # Φ V Φᵀ  [P, M, M]
-        ridge = self.projection_ridge * tf.reduce_mean(tf.linalg.diag_part(C), -1)[:, None, None]
-        C_chol = safe_cholesky(C + ridge * tf.eye(tf.shape(C)[-1], dtype=self.dtype), jitter=self.jitter)
-        A_bar = tf.linalg.cholesky_solve(C_chol, A)  # C⁻¹ Φ L  [P, M, F]
-        # m' = m + V Φᵀ C⁻¹ r;  V' = L (I − Aᵀ C⁻¹ A + Āᵀ Σ̂ Ā) Lᵀ
-        m_new = self.q_mu + tf.transpose(tf.linalg.matmul(L, tf.linalg.matmul(A_bar, r, transpose_a=True))[..., 0])
-        difference = tf.convert_to_tensor(target_cov, self.dtype) - C  # Σ̂ − Φ V Φᵀ
-        inner = tf.eye(F, dtype=self.dtype) + tf.linalg.matmul(A_bar, tf.linalg.matmul(difference, A_bar),
-                                                               transpose_a=True)
-        inner = 0.5 * (inner + tf.linalg.matrix_transpose(inner))
-        L_new = tf.linalg.matmul(L, safe_cholesky(inner, jitter=self.jitter))  # lower × lower = lower
-        ok = tf.reduce_all(tf.math.is_finite(L_new)) & tf.reduce_all(tf.math.is_finite(m_new)) \
-            & tf.reduce_all(tf.linalg.diag_part(L_new) > 0.0)
-        return m_new, L_new, ok
-
+    # ---- the weight posterior set by the closed-form step ----------------------------------------
     def assign_weights(self, q_mu, q_sqrt):
         """Sets N(m, V) from m `[F, P]` and the lower factor V^{1/2} `[P, F, F]` (full covariance)."""
         q_sqrt = tf.convert_to_tensor(q_sqrt, self.dtype)
@@ -396,81 +356,11 @@ class GPNet(tf.Module):
         self.q_mu.assign(q_mu)
         self.q_sqrt_raw.assign(raw)
 
-    # ---- exact-GP pre-training of the prior hyperparameters ---------------------------------------
-    def log_marginal_likelihood(self, X, Y):
-        """log N(Y | 0, K + σ² I) summed over the P columns: the exact GP's evidence (Gaussian likelihood)."""
-        X = tf.convert_to_tensor(X, self.dtype)
-        Y = tf.reshape(tf.convert_to_tensor(Y, self.dtype), [tf.shape(X)[0], -1])
-        K = self.kernel.K(X) + tf.convert_to_tensor(self.likelihood.variance) * self._eye(tf.shape(X)[0])
-        L = safe_cholesky(K, jitter=self.jitter)
-        alpha = tf.linalg.triangular_solve(L, Y)
-        n, P = tf.cast(tf.shape(X)[0], self.dtype), tf.cast(tf.shape(Y)[1], self.dtype)
-        return -0.5 * tf.reduce_sum(alpha**2) - P * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L))) \
-            - 0.5 * n * P * np.log(2.0 * np.pi)
-
+    # ---- training (`gpseq.gp.gpnet_training`) -----------------------------------------------------
     def pretrain(self, X, Y, num_points: int = 1000, max_iterations: int = 200, seed: int = 0):
-        """Fits the prior hyperparameters (kernel, noise variance) by the exact GP's marginal likelihood
-        on `num_points` training points drawn at random (L-BFGS), then sets the feature map's
-        hyperparameters to the kernel's — the reference code's pre-training. Gaussian likelihood
-        only (otherwise, or with `num_points` 0 or `learn_hyperparameters` off, nothing changes).
-        A fit whose noise variance falls below `PRETRAIN_NOISE_FLOOR` × the targets' variance has
-        interpolated the subset (e.g. repeated rows) and is discarded (the starting values kept).
-        Returns the subset's log marginal likelihood per point after fitting (or None)."""
-        if not isinstance(self.likelihood, Gaussian) or num_points <= 0 or not self.learn_hyperparameters:
-            return None
-        import scipy.optimize
-
-        X = np.asarray(X, np.float64)
-        Y = np.asarray(Y, np.float64).reshape(len(X), -1)
-        if len(X) > num_points:
-            index = np.random.default_rng(seed).choice(len(X), num_points, replace=False)
-            X, Y = X[index], Y[index]
-        X, Y = tf.constant(X, self.dtype), tf.constant(Y, self.dtype)
-        variables = [v for part in (self.kernel, self.likelihood) for v in part.trainable_variables]
-        shapes = [tuple(v.shape) for v in variables]
-        sizes = [int(np.prod(s)) for s in shapes]
-
-        def assign(x):
-            for v, part, shape in zip(variables, np.split(x, np.cumsum(sizes)[:-1]), shapes):
-                v.assign(part.reshape(shape))
-
-        @tf.function
-        def value_and_gradient():
-            with tf.GradientTape() as tape:
-                value = -self.log_marginal_likelihood(X, Y) / tf.cast(tf.shape(X)[0], self.dtype)
-            return value, tape.gradient(value, variables)
-
-        def fun(x):
-            assign(x)
-            value, grads = value_and_gradient()
-            value = float(value)
-            if not np.isfinite(value):
-                return np.inf, np.zeros_like(x)
-            return value, np.concatenate([g.numpy().ravel() for g in grads])
-
-        x0 = np.concatenate([v.numpy().ravel() for v in variables])
-        result = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                                         options={"maxiter": max_iterations})
-        assign(result.x if np.isfinite(result.fun) else x0)
-        noise = float(tf.reduce_min(tf.convert_to_tensor(self.likelihood.variance)))
-        if noise < self.PRETRAIN_NOISE_FLOOR * float(np.var(Y.numpy())):
-            # the subset was interpolated (e.g. repeated rows): such hyperparameters would make the
-            # model overconfident off the training inputs — keep the starting ones
-            assign(x0)
-            return None
-        self.copy_kernel_to_features()
-        return -float(value_and_gradient()[0])
-
-    def copy_kernel_to_features(self) -> None:
-        """Sets the feature map's variance (and RBF lengthscales) to the prior kernel's."""
-        feats = self.features
-        if not isinstance(feats, RandomFeatures) or not hasattr(self.kernel, "variance"):
-            return
-        feats.variance.assign(tf.convert_to_tensor(self.kernel.variance))
-        if feats.kind == "rbf" and getattr(self.kernel, "lengthscales", None) is not None:
-            ls = tf.convert_to_tensor(self.kernel.lengthscales)
-            if ls.shape.rank <= len(feats.lengthscales.shape):  # an ARD kernel's vector needs ARD features
-                feats.lengthscales.assign(tf.broadcast_to(ls, feats.lengthscales.shape))
+        """Exact-GP pre-training of the prior hyperparameters on `num_points` random points of
+        (X `[N, D]`, Y `[N, P]`) (`gpnet_training.pretrain`) → the subset's log evidence per point or None."""
+        return pretrain(self, X, Y, num_points=num_points, max_iterations=max_iterations, seed=seed)
 
     def fit(self, X, Y, max_steps: int = 2000, **settings) -> "GPNetTrainer":
         """Trains on (X `[N, D]`, Y): exact-GP pre-training of the hyperparameters, then `max_steps`
@@ -511,106 +401,3 @@ class GPNet(tf.Module):
     def load(cls, path: str | os.PathLike, inputs=None) -> "GPNet":
         """The model `save` wrote (pass the training `inputs` to train it further)."""
         return load_gpnet(cls, path, inputs)
-
-
-UPDATES = ("auto", "closed_form", "gradient")
-
-
-class GPNetTrainer:
-    """Trains a `GPNet` one minibatch at a time (`step`, `fit`), the step t of the β schedule and the
-    measurement points seeded by (`seed`, t) as in the shared `Trainer`:
-
-    - the weight posterior N(m, V) takes the **closed-form** mirror-descent step (`project`:
-      q_{t+1}(f_M) = q̂_{t+1}(f_M), the network's conditional given f_M kept) when the likelihood
-      is Gaussian and V is full (`update="auto"` or `"closed_form"`); otherwise (`"gradient"`, or a
-      non-conjugate likelihood, or a diagonal V) one Adam step on the seed's objective, as the
-      shared `Trainer` takes it;
-    - every other variable (feature-map hyperparameters, residual network, kernel, noise) takes one
-      Adam step (`learning_rate`) on the same loss.
-
-    A non-finite loss or update raises `NumericalError` with no variable changed.
-    """
-
-    def __init__(self, model: GPNet, *, learning_rate: float = 0.01, update: str = "auto", seed: int = 0):
-        if update not in UPDATES:
-            raise ConfigError(f"update must be one of {', '.join(UPDATES)}, got {update!r}")
-        conjugate = isinstance(model.likelihood, Gaussian) and model.full_cov
-        if update == "closed_form" and not conjugate:
-            raise ConfigError("the closed-form step needs a Gaussian likelihood and a full weight covariance")
-        self.model, self.seed, self.step_count = model, int(seed), 0
-        self.closed_form = conjugate and update != "gradient"
-        weights = {model.q_mu.ref(), model.q_sqrt_raw.ref()}
-        self.variables = [v for v in model.trainable_variables if not (self.closed_form and v.ref() in weights)]
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
-        if self.variables:
-            self.optimizer.build(self.variables)
-        self._compiled = None
-
-    def _step_fn(self):
-        model, variables, optimizer, closed_form = self.model, self.variables, self.optimizer, self.closed_form
-
-        @tf.function
-        def step(X, Y, seed):
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(variables)
-                loss, X_M, target_mean, target_cov = model._objective((X, Y), seed)
-            grads = tape.gradient(loss, variables)
-            finite = tf.math.is_finite(loss) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
-
-            def apply():
-                pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-                if pairs:
-                    optimizer.apply_gradients(pairs)
-                if not closed_form:
-                    return tf.constant(True)
-                m_new, L_new, ok = model.project(X_M, target_mean, target_cov)
-                model.assign_weights(tf.where(ok, m_new, model.q_mu), tf.where(ok, L_new, model.q_sqrt()))
-                return ok
-
-            return loss, tf.cond(finite, apply, lambda: tf.constant(False))
-
-        return step
-
-    def step(self, batch) -> float:
-        """One step on `batch = (X [B, D], Y [B, P])`; returns the loss before the update."""
-        if self._compiled is None:
-            self._compiled = self._step_fn()
-        X, Y = batch
-        loss, applied = self._compiled(tf.convert_to_tensor(X, self.model.dtype), tf.convert_to_tensor(Y),
-                                       tf.constant([self.seed, self.step_count], tf.int32))
-        if not bool(applied):
-            raise NumericalError(f"non-finite loss or update at GPNet step {self.step_count}")
-        self.step_count += 1
-        return float(loss)
-
-    def fit(self, batches, max_steps: int) -> "GPNetTrainer":
-        """`max_steps` steps over an iterable of batches (re-read from its start as often as needed)."""
-        while self.step_count < max_steps:
-            before = self.step_count
-            for batch in batches:
-                if self.step_count >= max_steps:
-                    break
-                self.step(batch)
-            if self.step_count == before:
-                raise ConfigError("the batches are empty")
-        return self
-
-
-def fit_gpnet(model: GPNet, X, Y, max_steps: int = 2000, *, batch_size: int = 256, learning_rate: float = 0.01,
-              update: str = "auto", pretrain_points: int = 1000, seed: int = 0) -> GPNetTrainer:
-    """`GPNet.fit`: exact-GP pre-training of the hyperparameters on `pretrain_points` points (Gaussian
-    likelihood), then `max_steps` `GPNetTrainer` steps on minibatches of `batch_size` drawn at random
-    (seeded) from (X, Y)."""
-    X = np.asarray(X, np.float64)
-    Y = np.asarray(Y)
-    model.pretrain(X, Y, num_points=pretrain_points, seed=seed)
-    trainer = GPNetTrainer(model, learning_rate=learning_rate, update=update, seed=seed)
-    rng = np.random.default_rng([seed, 2])
-
-    def batches():
-        for _ in range(max_steps):
-            index = rng.integers(0, len(X), min(batch_size, len(X)))
-            yield X[index], Y[index]
-
-    return trainer.fit(batches(), max_steps)
