@@ -51,12 +51,22 @@ def _lower_tail(x):
 
 
 class Gaussian(tf.Module):
-    """y = f + ε, ε ~ N(0, σ²) (closed-form expectations); σ² learnable (Softplus)."""
+    """y = f + ε, ε ~ N(0, σ²) (closed-form expectations); σ² learnable, σ² = `variance_floor` +
+    softplus(stored value), so no step can drive it to 0 (where the expectations are NaN)."""
 
-    def __init__(self, variance: float = 1.0, dtype=tf.float64, name: str = "gaussian"):
+    VARIANCE_FLOOR = 1e-6
+
+    def __init__(self, variance: float = 1.0, dtype=tf.float64, name: str = "gaussian",
+                 variance_floor: float = VARIANCE_FLOOR):
         super().__init__(name=name)
-        self.variance = tfp.util.TransformedVariable(tf.constant(variance, dtype), tfp.bijectors.Softplus(),
-                                                     name="variance")
+        if not variance > variance_floor >= 0.0:
+            raise ConfigError(f"the Gaussian noise variance must exceed its floor {variance_floor:g}, got {variance}")
+        self.variance_floor = float(variance_floor)
+        # checkpoints written before the floor hold the same variable (softplus⁻¹ of σ²): they
+        # load as σ² + floor
+        self.variance = tfp.util.TransformedVariable(
+            tf.constant(variance, dtype), tfp.bijectors.Softplus(low=tf.constant(variance_floor, dtype)),
+            name="variance")
 
     def variational_expectations(self, F_mean, F_var, Y):  # [N, P] ×3 → [N]
         """E_{N(f; m, v)}[log N(y; f, σ²)] = log N(y; m, σ²) − v / (2σ²)."""
