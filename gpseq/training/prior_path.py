@@ -65,15 +65,6 @@ def prior_candidates(training, model, has_dev: bool) -> list[tuple[float, float]
     return pairs if has_dev and training.calibrate else pairs[:1]
 
 
-def path_ends(candidates: dict, prior: tuple[float, float]) -> bool:
-    """Whether the L1 path of `prior`'s σ² ends at `prior` under cross-fitting (a small corpus; on a
-    dev split the path follows `significantly_better`): its held-out NLL (`candidates`, by
-    (σ², l1)) is above the best of that σ² so far. Along a path of decreasing L1 strengths the
-    held-out NLL falls, then rises: the weaker strengths past the first rise are not fitted."""
-    same = [nll for (variance, _), nll in candidates.items() if variance == prior[0] and nll is not None]
-    return candidates[prior] > min(same)
-
-
 def significantly_better(candidate: dict, best: dict) -> bool:
     """Whether the `candidate` fit's held-out NLL per token (`calibrate(..., sentences=True)`) is
     below the `best` one's by more than one standard error of their paired difference (sentences
@@ -84,6 +75,28 @@ def significantly_better(candidate: dict, best: dict) -> bool:
     tokens = candidate["dev_tokens"]
     error = np.sqrt(len(diff)) * diff.std(ddof=1) / tokens if len(diff) > 1 else 0.0
     return diff.sum() / tokens < -error
+
+
+class PathChoice:
+    """The choice along the L1 paths, by the one-standard-error rule (`significantly_better`):
+    per σ², a prior replaces the one chosen so far only when its held-out NLL is better by more than
+    one standard error, and the path of that σ² ends at the first prior that is not; across σ²,
+    the choice with the least held-out NLL. The same rule on a dev split and under cross-fitting."""
+
+    def __init__(self):
+        self.chosen: dict[float, dict] = {}  # σ² -> {"prior", "ranked", "fit"}
+
+    def offer(self, prior: tuple[float, float], ranked: dict, fit) -> bool:
+        """Rank `fit` (of `prior`) by `ranked` (`fit_calibration_parts(..., sentences=True)`);
+        returns whether the path of its σ² ends here."""
+        mine = self.chosen.get(prior[0])
+        better = mine is None or significantly_better(ranked, mine["ranked"])
+        if better:
+            self.chosen[prior[0]] = {"prior": prior, "ranked": ranked, "fit": fit}
+        return not better
+
+    def best(self) -> dict:
+        return min(self.chosen.values(), key=lambda choice: choice["ranked"]["dev_token_nll"])
 
 
 def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
@@ -155,9 +168,9 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         objectives = [NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
                       for inside, _ in folds]
         parts = [combined.subset(held) for _, held in folds]
-        current, candidates, ended = [None] * len(folds), {}, set()
+        current, candidates, choice, ended = [None] * len(folds), {}, PathChoice(), set()
         # along the path, every fold's fit warm-started from its fit at the previous prior; each prior
-        # ranked by the held-out NLL of its fold fits at their best T (`path_ends`)
+        # ranked by the held-out NLL of its fold fits at their best T (`PathChoice`)
         for number, candidate in enumerate(grid):
             if candidate[0] in ended:
                 continue
@@ -165,12 +178,13 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                        for objective, warm in zip(objectives, current)]
             held_out = [(*fold.unary_moments(part.rows), fold.pairwise, fold.pairwise_variance, part.label_ids,
                          part.offsets) for fold, part in zip(current, parts)]
-            candidates[candidate] = fit_calibration_parts(held_out, variance_scale=False)["dev_token_nll"]
-            if path_ends(candidates, candidate):
+            ranked = fit_calibration_parts(held_out, variance_scale=False, sentences=True)
+            candidates[candidate] = ranked["dev_token_nll"]
+            if choice.offer(candidate, ranked, (current, held_out)):
                 ended.add(candidate[0])
-            if candidates[candidate] <= min(candidates.values()):
-                prior, best_held_out, fold_fits = candidate, held_out, current
-        del objectives, held_out, current
+        best = choice.best()
+        prior, (fold_fits, best_held_out) = best["prior"], best["fit"]
+        del objectives, held_out, current, choice, best
         calibration = fit_calibration_parts(best_held_out)  # (α, T) in full for the chosen prior
         dev_nll = candidates[prior] = calibration["dev_token_nll"]
         del best_held_out
@@ -187,25 +201,20 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        candidates, chosen_by_variance = {}, {}
+        candidates, choice = {}, PathChoice()
 
         def judge(prior, current):
-            """Rank by the dev NLL at the best T: along the path of a σ², a prior replaces the one
-            chosen so far only when it is better by more than one standard error
-            (`significantly_better`), and the path ends at the first prior that is not."""
-            ranked = calibrate(current, dev_data, variance_scale=False, sentences=True) \
-                if has_dev and tcfg.calibrate else None
-            candidates[prior] = ranked["dev_token_nll"] if ranked else None
-            mine = chosen_by_variance.get(prior[0])
-            better = mine is None or (ranked is not None and significantly_better(ranked, mine["ranked"]))
-            if better:
-                chosen_by_variance[prior[0]] = {"prior": prior, "fit": current, "ranked": ranked}
-            return ranked is not None and not better
+            """Rank by the dev NLL at the best T (`PathChoice`); True ends the path of this σ²."""
+            ranked = calibrate(current, dev_data, variance_scale=False, sentences=True)
+            candidates[prior] = ranked["dev_token_nll"]
+            return choice.offer(prior, ranked, current)
 
-        run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
-        # across σ², the path whose choice has the least dev NLL
-        best = min(chosen_by_variance.values(), key=lambda c: candidates[c["prior"]] or 0.0)
-        prior, chosen = best["prior"], best["fit"]
+        if has_dev and tcfg.calibrate:
+            run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
+            best = choice.best()  # across σ², the path whose choice has the least dev NLL
+            prior, chosen = best["prior"], best["fit"]
+        else:  # nothing to compare on: the one candidate (`prior_candidates`)
+            prior, chosen = grid[0], run_path(objective, grid, init, evidence_rounds=tcfg.evidence_rounds)
         calibration = calibrate(chosen, dev_data) if has_dev and tcfg.calibrate else None  # (α, T) in full
         dev_nll = candidates[prior] = calibration["dev_token_nll"] if calibration else None
         report = chosen.report
