@@ -22,9 +22,10 @@ class TrainingConfig:
     # chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
     l1_grid: list = field(default_factory=lambda: [1.0, 0.1, 0.01, 0.0])  # laplace: strengths of the Laplace
     # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
-    # sparsest fit, ended at the first strength whose held-out NLL is worse than the best of the path
-    # so far; the fits run on a budget, so the path's warm starts matter); the first pair (σ², l1)
-    # is the model without a dev split
+    # sparsest fit; a strength replaces the one chosen so far only when its held-out NLL is lower by
+    # one standard error, and the path ends at the first that is not: `prior_path.PathChoice`; the
+    # fits run on a budget, so the path's warm starts matter); the first pair (σ², l1) is the model
+    # without a dev split
     cross_fit_folds: int = 3  # laplace, small corpora: choose (σ², l1) and calibrate on out-of-fold
     cross_fit_tokens: int = 20000  # predictions of this many folds of train + dev when they hold at most
     # this many tokens (a dev split of a few sentences is too noisy to choose or calibrate on); 0 = never
