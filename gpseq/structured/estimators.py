@@ -22,16 +22,18 @@ and s; cross-fitted between the two halves of the draws for Σ (`covariance_scor
 never forms the T × T scores per draw). They act from S = 2 on (at S = 2, â is the other draw's
 L; at S = 1 there is none).
 
-`DEFAULT_SAMPLES["score"]` = 16 draws per sequence. Measured by `benchmarks/score_estimator.py`
-(Nov 2026, shared 2-core machine; `benchmarks/results/score_estimator.json`): on a 16-sentence batch
-of the sample corpus the control variates cut the summed gradient variance 234× at S = 2, 279× at
-4, 384× at 16 (1× at S = 1); a CoNLL-2000 SVI step (1,000 sentences, batch 32, M = 64) costs
-176 ms CPU at S = 1, 182 at 4, 198 at 16, 196 at 32 and 143 pathwise; 10 epochs on the sample
-corpus reach chunk F1 0.073 at S = 1 (no control variate: chance level), 0.838 at 2, 0.850 at 4,
-0.910 at 8, 0.922 at 16, 0.930 at 32 (pathwise 0.941). On all of CoNLL-2000 after the same ~600 s
-of training steps (`benchmarks/graybox.py` part (a)) it reaches chunk F1 0.913 and token NLL 0.216
-against the pathwise estimator's 0.935 and 0.179; there the control variates cut the summed
-gradient variance 64× on a 32-sentence batch.
+`DEFAULT_SAMPLES["score"]` = 128 draws per sequence. Measured by `benchmarks/score_estimator.py`
+and `benchmarks/graybox.py` (`benchmarks/RESULTS.md`, shared 2-core machine): on a 16-sentence
+batch of the sample corpus the control variates cut the summed gradient variance 234× at S = 2,
+279× at 4, 384× at 16 (1× at S = 1); 10 epochs on the sample corpus reach chunk F1 0.073 at S = 1
+(no control variate: chance level), 0.838 at 2, 0.850 at 4, 0.910 at 8, 0.922 at 16, 0.930 at 32,
+0.936 at 64, 0.942 at 128, 0.939 at 256 (pathwise 0.941; token NLL 0.172 at 16, 0.140 at 128,
+pathwise 0.143). On all of CoNLL-2000 (M = 64, batch 32) a step costs 1.57× the pathwise one at
+S = 128 (about 1× at 16), and after the same 600 s of training steps
+(`benchmarks/graybox.py` part (a)) the score-function estimator reaches chunk F1 0.927 and token
+NLL 0.179 against the pathwise estimator's 0.935 and 0.206 (at S = 16: 0.913 and 0.216 against
+0.935 and 0.179 in an earlier run); there the control variates cut the summed gradient variance
+34× on a 32-sentence batch (64× at S = 16).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from gpseq._tfp import tfp
 
 from gpseq.gp.linalg import safe_cholesky
 
-DEFAULT_SAMPLES = {"pathwise": 1, "score": 16}  # Monte Carlo draws per sequence when none is given
+DEFAULT_SAMPLES = {"pathwise": 1, "score": 128}  # Monte Carlo draws per sequence when none is given
 
 
 def control_variate_coefficient(values, scores):
