@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import urllib.request
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -59,6 +58,8 @@ def _check(path: Path, expected: str | None, origin: str) -> None:
 
 
 def _download(url: str, compression: str | None, target: Path) -> None:
+    import urllib.request  # here: 0.1 s to import, and only a download needs it
+
     with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (catalogue URLs are https)
         stream = gzip.GzipFile(fileobj=response) if compression == "gzip" else response
         with open(target, "wb") as out:

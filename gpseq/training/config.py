@@ -18,8 +18,12 @@ class TrainingConfig:
     # variances, for the weight-space linear model) | "svi" (the ELBO by Adam) | "auto" (laplace
     # where the model allows it)
     max_iterations: int = 100  # L-BFGS iterations of the first MAP fit (laplace)
-    prior_variance_grid: list = field(default_factory=lambda: [16.0])  # laplace: σ² of the weights
-    # chosen among these by calibrated dev NLL (warm-started fits); empty = model.prior_variance
+    prior_variance_grid: list = field(default_factory=lambda: [16.0, 2.0])  # laplace: σ² of the
+    # weights: the L1 path runs at the first; the others are tried in order at the chosen λ, each
+    # kept only when its calibrated dev NLL is better by one standard error (`prior_path.choose_prior`).
+    # On a held-out tenth of CoNLL-2000 train, chunking: σ² = 16 / 2 / 1 token NLL 0.1266 / 0.1247 /
+    # 0.1247, chunk F1 94.36 / 94.33 / 94.22; POS tagging: σ² = 16 / 2 NLL 0.0620 / 0.0630 (the dev
+    # split chooses 16). Empty = model.prior_variance
     l1_grid: list = field(default_factory=lambda: [1.0, 0.1, 0.01, 0.0])  # laplace: strengths of the Laplace
     # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
     # sparsest fit; a strength replaces the one chosen so far only when its held-out NLL is lower by

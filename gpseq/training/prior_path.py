@@ -1,11 +1,12 @@
 """The default training of the weight-space linear-chain GP around `fit_laplace`: the prior path,
 cross-fitting, calibration and the refit.
 
-`train_laplace` (what `Tagger.train` runs) fits the (σ², λ) pairs of `prior_candidates` along a
-warm-started path, ranks them by the NLL of the dev split carved from the training data at each
-fit's best temperature (`gpseq.training.calibration`; a small corpus: of the out-of-fold
-predictions of cross-fitting instead), calibrates the chosen fit's predictive in full (α, T) and
-refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
+`train_laplace` (what `Tagger.train` runs) fits priors (σ², λ) along a warm-started walk — the L1
+path at the first σ², then the other σ² at the chosen λ (`choose_prior`) — ranks them by the NLL
+of the dev split carved from the training data at each fit's best temperature
+(`gpseq.training.calibration`; a small corpus: of the out-of-fold predictions of cross-fitting
+instead) with the one-standard-error rule, calibrates the chosen fit's predictive in full (α, T)
+and refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ def concatenate(*parts) -> SequenceData:
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
                   callbacks=None, init: "LaplaceFit | None" = None):
-    """The default training of a `TaggerConfig`: for each (σ², λ) of `prior_candidates`
-    (warm-started, in order) fit q by `fit_laplace` and rank it by the dev NLL at its best
-    temperature; calibrate the best one's predictive (α, T) on `dev_data`; refit it on
-    train + dev (small corpora: cross-fitting, `cross_fitting`). Returns (the model's arrays as `model_state` names them, scores). `init`: a fit on
+    """The default training of a `TaggerConfig`: fit q by `fit_laplace` along the walk of priors
+    (σ², λ) of `choose_prior` (warm-started), each ranked by the dev NLL at its best temperature;
+    calibrate the chosen one's predictive (α, T) on `dev_data`; refit it on train + dev (small
+    corpora: cross-fitting, `cross_fitting`). Returns (the model's arrays as `model_state` names
+    them, scores). `init`: a fit on
     this featurizer's columns and these labels that the fits on all the training data start from
     instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
 
@@ -54,15 +56,42 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
 
 
-def prior_candidates(training, model, has_dev: bool) -> list[tuple[float, float]]:
-    """The (σ², l1) pairs the default training compares on the dev split, in fitting order (each
-    fit warm-started from the previous one): for each σ² of `prior_variance_grid`, the L1
-    strengths of `l1_grid` (strongest first: a path from the sparsest model). Without a dev split
-    (or calibration) there is nothing to compare: the first pair."""
-    variances = sorted(training.prior_variance_grid or []) or [model.prior_variance]
-    strengths = list(training.l1_grid or []) or [0.0]
-    pairs = [(float(v), float(l1)) for v in variances for l1 in strengths]
-    return pairs if has_dev and training.calibrate else pairs[:1]
+def prior_grid(training, model, has_dev: bool) -> tuple[list[float], list[float]]:
+    """The σ² (`prior_variance_grid`, in order) and L1 strengths (`l1_grid`, strongest first) the
+    default training walks (`choose_prior`). Without a dev split (or calibration) there is nothing
+    to compare: the first σ² and the first strength."""
+    variances = [float(v) for v in training.prior_variance_grid or []] or [float(model.prior_variance)]
+    strengths = [float(l1) for l1 in training.l1_grid or []] or [0.0]
+    return (variances, strengths) if has_dev and training.calibrate else (variances[:1], strengths[:1])
+
+
+def choose_prior(fit_at, rank, variances, strengths, warm=None):
+    """Walk the priors and choose one by the one-standard-error rule (`PathChoice`): the L1 path
+    (σ²₀, λ) for λ in `strengths` at the first σ² (each fit warm-started from the previous one,
+    the sparsest first), then, at the chosen λ, the other σ² in order (each warm-started from the
+    fit chosen so far). Each walk ends at the first prior not better than the choice so far.
+    `fit_at(number, prior, warm)` fits the `number`-th prior of the walk (0: the first, on the
+    whole budget); `rank(fit)` is its held-out ranking (`fit_calibration_parts(..., sentences=True)`).
+    Returns (the `PathChoice`, the held-out NLL of every prior fitted, in fitting order)."""
+    choice, candidates, number = PathChoice(), {}, 0
+
+    def visit(prior, warm):
+        nonlocal number
+        fit = fit_at(number, prior, warm)
+        number += 1
+        ranked = rank(fit)
+        candidates[prior] = ranked["dev_token_nll"]
+        return fit, choice.offer(prior, ranked, fit)
+
+    for l1 in strengths:
+        warm, ended = visit((variances[0], l1), warm)
+        if ended:
+            break
+    for variance in variances[1:]:
+        _, ended = visit((variance, choice.prior[1]), choice.fit)
+        if ended:
+            break
+    return choice, candidates
 
 
 def significantly_better(candidate: dict, best: dict) -> bool:
@@ -78,25 +107,20 @@ def significantly_better(candidate: dict, best: dict) -> bool:
 
 
 class PathChoice:
-    """The choice along the L1 paths, by the one-standard-error rule (`significantly_better`):
-    per σ², a prior replaces the one chosen so far only when its held-out NLL is better by more than
-    one standard error, and the path of that σ² ends at the first prior that is not; across σ²,
-    the choice with the least held-out NLL. The same rule on a dev split and under cross-fitting."""
+    """The one-standard-error rule along a walk of priors (`choose_prior`): a prior replaces the
+    one chosen so far only when its held-out NLL is better by more than one standard error
+    (`significantly_better`), and the walk ends at the first prior that is not. The same rule on a
+    dev split and under cross-fitting."""
 
     def __init__(self):
-        self.chosen: dict[float, dict] = {}  # σ² -> {"prior", "ranked", "fit"}
+        self.prior, self.ranked, self.fit = None, None, None
 
     def offer(self, prior: tuple[float, float], ranked: dict, fit) -> bool:
-        """Rank `fit` (of `prior`) by `ranked` (`fit_calibration_parts(..., sentences=True)`);
-        returns whether the path of its σ² ends here."""
-        mine = self.chosen.get(prior[0])
-        better = mine is None or significantly_better(ranked, mine["ranked"])
+        """Rank `fit` (of `prior`) by `ranked` against the choice so far; True: the walk ends here."""
+        better = self.ranked is None or significantly_better(ranked, self.ranked)
         if better:
-            self.chosen[prior[0]] = {"prior": prior, "ranked": ranked, "fit": fit}
+            self.prior, self.ranked, self.fit = prior, ranked, fit
         return not better
-
-    def best(self) -> dict:
-        return min(self.chosen.values(), key=lambda choice: choice["ranked"]["dev_token_nll"])
 
 
 def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
@@ -116,8 +140,9 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
     has_dev = dev_data is not None and len(dev_data) > 0
-    grid = prior_candidates(tcfg, mcfg, has_dev)
-    total = budget + (len(grid) - 1 + tcfg.evidence_rounds * len(grid)) * refit
+    variances, strengths = prior_grid(tcfg, mcfg, has_dev)
+    walk = len(strengths) + len(variances) - 1  # the most priors `choose_prior` fits
+    total = budget + (walk - 1 + tcfg.evidence_rounds * walk) * refit
     start = time.perf_counter()
     done = [0]
 
@@ -135,23 +160,18 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     iterations: list[int] = []
 
     def path_fit(objective, number, prior, warm, share=1.0, evidence_rounds=0):
-        """Fit the `number`-th prior of a path on `objective` from `warm` (the previous fit), with
+        """Fit the `number`-th prior of a walk on `objective` from `warm` (the previous fit), with
         `share` of its iteration budget (the first fit's is the whole budget, the others a refit's)."""
         current = fit(objective, prior, max(1, int(share * (budget if number == 0 else refit))), warm, evidence_rounds)
         iterations.extend(current.report.iterations)
         return current
 
-    def run_path(objective, priors, warm, each=None, evidence_rounds=0):
+    def run_path(objective, priors, warm):
         """Fit `priors` in order on `objective`, each warm-started from the previous fit (the first
-        from `warm`); `each(prior, fit)` after every fit, which ends the L1 path of this σ² when it
-        returns True. Returns the last fit."""
-        current, ended = warm, set()
+        from `warm`). Returns the last fit."""
         for number, prior in enumerate(priors):
-            if prior[0] not in ended:
-                current = path_fit(objective, number, prior, current, evidence_rounds=evidence_rounds)
-                if each is not None and each(prior, current):
-                    ended.add(prior[0])
-        return current
+            warm = path_fit(objective, number, prior, warm)
+        return warm
 
     crossfit = cross_fitting(tcfg, data, dev_data)
     if crossfit or has_dev and tcfg.refit_with_dev:
@@ -164,59 +184,54 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
         combined = concatenate(*combined)
         folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
-        total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (len(grid) - 1) * refit * (init is not None)
+        total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (walk - 1) * refit * (init is not None)
         objectives = [NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
                       for inside, _ in folds]
         parts = [combined.subset(held) for _, held in folds]
-        current, candidates, choice, ended = [None] * len(folds), {}, PathChoice(), set()
-        # along the path, every fold's fit warm-started from its fit at the previous prior; each prior
-        # ranked by the held-out NLL of its fold fits at their best T (`PathChoice`)
-        for number, candidate in enumerate(grid):
-            if candidate[0] in ended:
-                continue
-            current = [path_fit(objective, number, candidate, warm, FOLD_BUDGET_SHARE)
-                       for objective, warm in zip(objectives, current)]
-            held_out = [(*fold.unary_moments(part.rows), fold.pairwise, fold.pairwise_variance, part.label_ids,
-                         part.offsets) for fold, part in zip(current, parts)]
-            ranked = fit_calibration_parts(held_out, variance_scale=False, sentences=True)
-            candidates[candidate] = ranked["dev_token_nll"]
-            if choice.offer(candidate, ranked, (current, held_out)):
-                ended.add(candidate[0])
-        best = choice.best()
-        prior, (fold_fits, best_held_out) = best["prior"], best["fit"]
-        del objectives, held_out, current, choice, best
-        calibration = fit_calibration_parts(best_held_out)  # (α, T) in full for the chosen prior
+
+        def held_out(fold_fits):
+            """Each fold fit's predictive moments on its held-out fold (`fit_calibration_parts`'s parts)."""
+            return [(*fold.unary_moments(part.rows), fold.pairwise, fold.pairwise_variance, part.label_ids,
+                     part.offsets) for fold, part in zip(fold_fits, parts)]
+
+        # every fold's fit warm-started from its fit at the previous prior; each prior ranked by the
+        # held-out NLL of its fold fits at their best T
+        choice, candidates = choose_prior(
+            lambda number, prior, warm: [path_fit(objective, number, prior, each, FOLD_BUDGET_SHARE)
+                                         for objective, each in zip(objectives, warm or [None] * len(folds))],
+            lambda fold_fits: fit_calibration_parts(held_out(fold_fits), variance_scale=False, sentences=True),
+            variances, strengths)
+        prior, fold_fits = choice.prior, choice.fit
+        del objectives, choice
+        calibration = fit_calibration_parts(held_out(fold_fits))  # (α, T) in full for the chosen prior
         dev_nll = candidates[prior] = calibration["dev_token_nll"]
-        del best_held_out
         # the final fit on all the sentences: the objective is convex, so where it starts changes
         # only how soon it converges — from the average of the fold fits at the chosen pair (each
-        # saw 1 − 1/k of these sentences), or along the path from `init` when one is given
+        # saw 1 − 1/k of these sentences), or along the walk from `init` when one is given
         final = NumpyChainObjective(combined, num_labels, dtype=config.dtype)
         if init is None:
             chosen = run_path(final, [prior], average_fit(fold_fits))
         else:
-            chosen = run_path(final, grid[: grid.index(prior) + 1], init)
+            walked = list(candidates)
+            chosen = run_path(final, walked[: walked.index(prior) + 1], init)
         del fold_fits
         report = chosen.report
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
-        candidates, choice = {}, PathChoice()
-
-        def judge(prior, current):
-            """Rank by the dev NLL at the best T (`PathChoice`); True ends the path of this σ²."""
-            ranked = calibrate(current, dev_data, variance_scale=False, sentences=True)
-            candidates[prior] = ranked["dev_token_nll"]
-            return choice.offer(prior, ranked, current)
-
-        if has_dev and tcfg.calibrate:
-            run_path(objective, grid, init, each=judge, evidence_rounds=tcfg.evidence_rounds)
-            best = choice.best()  # across σ², the path whose choice has the least dev NLL
-            prior, chosen = best["prior"], best["fit"]
-        else:  # nothing to compare on: the one candidate (`prior_candidates`)
-            prior, chosen = grid[0], run_path(objective, grid, init, evidence_rounds=tcfg.evidence_rounds)
-        calibration = calibrate(chosen, dev_data) if has_dev and tcfg.calibrate else None  # (α, T) in full
-        dev_nll = candidates[prior] = calibration["dev_token_nll"] if calibration else None
+        if has_dev and tcfg.calibrate:  # ranked by the dev NLL at the best T
+            choice, candidates = choose_prior(
+                lambda number, prior, warm: path_fit(objective, number, prior, warm,
+                                                     evidence_rounds=tcfg.evidence_rounds),
+                lambda current: calibrate(current, dev_data, variance_scale=False, sentences=True),
+                variances, strengths, init)
+            prior, chosen = choice.prior, choice.fit
+            del choice
+            calibration = calibrate(chosen, dev_data)  # (α, T) in full
+            dev_nll = candidates[prior] = calibration["dev_token_nll"]
+        else:  # nothing to compare on: the first prior (`prior_grid`)
+            prior, candidates, calibration, dev_nll = (variances[0], strengths[0]), {}, None, None
+            chosen = path_fit(objective, 0, prior, init, evidence_rounds=tcfg.evidence_rounds)
         report = chosen.report
         if has_dev and tcfg.refit_with_dev:
             # the held-out split has served (prior, calibration); the final weights see it too
@@ -229,14 +244,14 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         objective.close()
     scores.update(prior_variance=prior[0], l1=prior[1], prior_variances=report.prior_variances,
                   objective_per_token=report.objective_per_token)
-    if crossfit or len(grid) > 1:  # the held-out NLL of each candidate
+    if candidates:  # the held-out NLL of each prior fitted
         scores["dev_token_nll_by_prior"] = {f"{v:g}/{l1:g}": nll for (v, l1), nll in candidates.items()}
     if calibration:
         scores["calibration"] = calibration
     scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
                   free_weights=chosen.report.free_weights)
     for callback in callbacks or []:
-        callback(Progress(done[0], total, len(grid), -report.objective_per_token[-1], event="done",
+        callback(Progress(done[0], total, walk, -report.objective_per_token[-1], event="done",
                           dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
     alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
     state = model_state(chosen, prior_variance=prior[0], alpha=alpha, temperature=temperature,
