@@ -12,7 +12,7 @@ minibatches of 256 drawn from the same seeded stream, Adam.
 - GPNet (`gpseq.gp.GPNet`) as `GPNet.fit` trains it, with the library's defaults unless an option
   overrides one: exact-GP pre-training of the hyperparameters on 1,000 training points (Gaussian
   likelihood; timed as training), then `GPNetTrainer` steps — random Fourier features, full weight
-  covariance, measurement points per step, β_t = β₀ / (1 + decay √t), the closed-form weight step
+  covariance, measurement points per step, β_t = β₀ / (1 + decay t^power), the closed-form weight step
   for a Gaussian likelihood (Adam on it for Bernoulli), Adam 0.01 on everything else.
 
 Small sets: each model runs `--steps` steps; test NLPD (and RMSE or accuracy) is evaluated every
@@ -120,19 +120,22 @@ def gpflow_svgp(kind, X, Z, lr):
 
 
 def gpnet(kind, X, Y, args):
-    """GPNet as `GPNet.fit` trains it: the library's defaults unless an option overrides them;
-    `setup` (the exact-GP pre-training) is timed as training."""
+    """GPNet as `GPNet.fit` trains it (`GPNetTrainer.pretrained`): the library's defaults unless an
+    option overrides them; `setup` (the exact-GP pre-training) is timed as training."""
     D = X.shape[1]
     options = {"num_features": args.features, "num_measurement": args.measurement, "beta0": args.beta0,
-               "beta_decay": args.beta_decay, "residual_hidden": args.residual}
+               "beta_decay": args.beta_decay, "beta_power": args.beta_power, "residual_hidden": args.residual}
     model = GPNet(_kernel_ours(D), _likelihood_ours(kind), X, num_data=len(X),
                   **{k: v for k, v in options.items() if v is not None})
     fit = {"learning_rate": args.gpnet_lr, "update": args.update, "pretrain_points": args.pretrain_points}
-    fit = {k: v for k, v in fit.items() if v is not None}
-    pretrain_points = fit.pop("pretrain_points", 1000)
-    trainer = GPNetTrainer(model, **fit)
-    return Runner("GPNet", trainer.step, lambda X, Y: model.predict_log_density((X, Y)),
-                  lambda X: model.predict_y(X)[0], kind, setup=lambda: model.pretrain(X, Y, num_points=pretrain_points))
+    trainer = None
+
+    def setup():
+        nonlocal trainer
+        trainer = GPNetTrainer.pretrained(model, X, Y, **{k: v for k, v in fit.items() if v is not None})
+
+    return Runner("GPNet", lambda batch: trainer.step(batch), lambda X, Y: model.predict_log_density((X, Y)),
+                  lambda X: model.predict_y(X)[0], kind, setup=setup)
 
 
 MODELS = ("gpnet", "gpseq_svgp", "gpflow_svgp")
@@ -204,6 +207,7 @@ def main(argv=None):
     parser.add_argument("--gpnet-lr", type=float, default=None)
     parser.add_argument("--beta0", type=float, default=None)
     parser.add_argument("--beta-decay", type=float, default=None)
+    parser.add_argument("--beta-power", type=float, default=None)
     parser.add_argument("--residual", type=int, default=None, help="GPNet residual MLP width (0: none)")
     parser.add_argument("--update", choices=["auto", "closed_form", "gradient"], default=None,
                         help="GPNet weight step (GPNetTrainer)")
@@ -219,7 +223,7 @@ def main(argv=None):
     models = args.models.split(",")
     results = {"machine": machine(), "batch": BATCH, "inducing": 500,
                "gpnet_options": {k: getattr(args, k) for k in ("features", "measurement", "gpnet_lr", "beta0",
-                                                             "beta_decay", "residual", "update", "pretrain_points")}}
+                                                             "beta_decay", "beta_power", "residual", "update", "pretrain_points")}}
     metric_name = {"regression": "rmse", "binary": "accuracy"}
     if args.only in (None, "small"):
         for name, (kind, X, Y, Xte, Yte) in small_sets().items():

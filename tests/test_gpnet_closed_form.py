@@ -195,3 +195,48 @@ def test_the_trainer_is_importable_from_its_old_place():
     import gpseq.gp.gpnet_training
 
     assert gpseq.gp.gpnet.GPNetTrainer is GPNetTrainer is gpseq.gp.gpnet_training.GPNetTrainer
+
+
+def test_closed_form_steps_with_beta_one_over_t_give_the_tempered_posterior_of_every_batch_seen():
+    """β_t = 1/(1 + t) (`beta_power=1`) with exact steps (a linear prior whose features are exact, as
+    many measurement points as weights, no ridge): after T batches q(w) ∝ N(w; 0, I) Π_t p(y_t | w)^{N/(BT)},
+    each batch weighted equally — Bayesian linear regression on the T·B points seen, tempered to N,
+    computed here in NumPy. Tolerance 1e-6 (the jitter of the rank-deficient prior covariances)."""
+    from gpseq.gp.kernels import Linear
+
+    rng = np.random.default_rng(7)
+    N, B, D, noise = 24, 4, 3, 0.1
+    X = rng.normal(size=(N, D))
+    Y = X @ np.array([[0.5], [-1.0], [2.0]]) + np.sqrt(noise) * rng.normal(size=(N, 1))
+    net = GPNet(Linear(), Gaussian(noise), X, num_data=N, num_measurement=D, learn_hyperparameters=False,
+                beta0=1.0, beta_decay=1.0, beta_power=1.0, projection_ridge=0.0, jitter=1e-12, seed=2)
+    trainer = GPNetTrainer(net, learning_rate=0.0)
+    batches = [(X[i:i + B], Y[i:i + B]) for i in range(0, N, B)]
+    for batch in batches:
+        trainer.step(batch)
+    T = len(batches)
+    precision = np.eye(D) + (N / (B * T)) * X.T @ X / noise
+    mean = np.linalg.solve(precision, (N / (B * T)) * X.T @ Y / noise)
+    L = net.q_sqrt().numpy()[0]
+    np.testing.assert_allclose(net.q_mu.numpy(), mean, atol=1e-6)
+    np.testing.assert_allclose(L @ L.T, np.linalg.inv(precision), atol=1e-6)
+
+
+def test_pretrained_trainer_holds_the_feature_map_it_set():
+    """`GPNetTrainer.pretrained`: after exact-GP pre-training the feature map (set from the fitted
+    kernel) takes no Adam step, the kernel and noise still do; without pre-training it is learned."""
+    X, Y = _regression(3, N=60)
+    net = GPNet(RBF(1.0, 1.0), Gaussian(1.0), X, num_data=60, num_features=20)
+    trainer = GPNetTrainer.pretrained(net, X, Y)
+    held = {v.ref() for v in net.features.trainable_variables}
+    assert held and not held & {v.ref() for v in trainer.variables}
+    assert {v.ref() for v in net.kernel.trainable_variables} <= {v.ref() for v in trainer.variables}
+    np.testing.assert_allclose(tf.convert_to_tensor(net.features.lengthscales).numpy(),
+                               tf.convert_to_tensor(net.kernel.lengthscales).numpy())
+    before = [v.numpy().copy() for v in net.features.trainable_variables]
+    trainer.fit([(X, Y)], max_steps=3)
+    for b, v in zip(before, net.features.trainable_variables):
+        np.testing.assert_array_equal(b, v.numpy())
+    unfitted = GPNet(RBF(1.0, 1.0), Bernoulli(), X, num_data=60, num_features=20)
+    learned = {v.ref() for v in GPNetTrainer.pretrained(unfitted, X, (Y > 0).astype(float)).variables}
+    assert {v.ref() for v in unfitted.features.trainable_variables} <= learned

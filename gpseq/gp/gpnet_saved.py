@@ -43,6 +43,7 @@ def gpnet_config(model) -> dict:
         "num_data": model.num_data, "num_latent": model.num_latent, "num_measurement": model.num_measurement,
         "spread": model.spread, "spread_scale": model.spread_scale, "full_cov": model.full_cov,
         "residual_hidden": model.residual_hidden, "beta0": model.beta0, "beta_decay": model.beta_decay,
+        "beta_power": model.beta_power,
         "learn_hyperparameters": model.learn_hyperparameters, "jitter": model.jitter,
         "projection_ridge": model.projection_ridge,
     }
@@ -83,7 +84,8 @@ def load_gpnet(cls, path: str | os.PathLike, inputs=None):
                 num_latent=config["num_latent"], num_measurement=config["num_measurement"],
                 spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
                 residual_hidden=config["residual_hidden"], beta0=config["beta0"],
-                beta_decay=config["beta_decay"], learn_hyperparameters=config["learn_hyperparameters"],
+                beta_decay=config["beta_decay"], beta_power=config.get("beta_power", 0.5),
+                learn_hyperparameters=config["learn_hyperparameters"],
                 projection_ridge=config.get("projection_ridge", 1e-2), jitter=config["jitter"])
     model.set_state(state)
     return model

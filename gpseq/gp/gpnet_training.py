@@ -154,12 +154,23 @@ class GPNetTrainer:
       non-conjugate likelihood, or a diagonal V) one Adam step on the seed's objective, as the
       shared `Trainer` takes it;
     - every other variable (feature-map hyperparameters, residual network, kernel, noise) takes one
-      Adam step (`learning_rate`) on the same loss.
+      Adam step (`learning_rate`) on the same loss — the feature map's only with `learn_features`
+      (off after pre-training has set it from the fitted kernel, `pretrained`: its Adam step needs
+      the loss's gradient through the network's covariance at the B + M points, most of a step's cost).
 
     A non-finite loss or update raises `NumericalError` with no variable changed.
     """
 
-    def __init__(self, model, *, learning_rate: float = 0.01, update: str = "auto", seed: int = 0):
+    @classmethod
+    def pretrained(cls, model, X, Y, *, pretrain_points: int = 1000, seed: int = 0, **settings) -> "GPNetTrainer":
+        """Exact-GP pre-training on `pretrain_points` points of (X `[N, D]`, Y) (`pretrain`), then the
+        trainer that continues from it: the feature map is held where pre-training put it, and learned
+        when there was none (non-Gaussian likelihood, or a discarded fit). `settings` as `__init__`."""
+        fitted = pretrain(model, X, Y, num_points=pretrain_points, seed=seed)
+        return cls(model, learn_features=fitted is None, seed=seed, **settings)
+
+    def __init__(self, model, *, learning_rate: float = 0.01, update: str = "auto", learn_features: bool = True,
+                 seed: int = 0):
         if update not in UPDATES:
             raise ConfigError(f"update must be one of {', '.join(UPDATES)}, got {update!r}")
         conjugate = isinstance(model.likelihood, Gaussian) and model.full_cov
@@ -167,8 +178,10 @@ class GPNetTrainer:
             raise ConfigError("the closed-form step needs a Gaussian likelihood and a full weight covariance")
         self.model, self.seed, self.step_count = model, int(seed), 0
         self.closed_form = conjugate and update != "gradient"
-        weights = {model.q_mu.ref(), model.q_sqrt_raw.ref()}
-        self.variables = [v for v in model.trainable_variables if not (self.closed_form and v.ref() in weights)]
+        held = {model.q_mu.ref(), model.q_sqrt_raw.ref()} if self.closed_form else set()
+        if not learn_features:
+            held |= {v.ref() for v in model.features.trainable_variables}
+        self.variables = [v for v in model.trainable_variables if v.ref() not in held]
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
         if self.variables:
             self.optimizer.build(self.variables)
@@ -228,12 +241,12 @@ class GPNetTrainer:
 def fit_gpnet(model, X, Y, max_steps: int = 2000, *, batch_size: int = 256, learning_rate: float = 0.01,
               update: str = "auto", pretrain_points: int = 1000, seed: int = 0) -> GPNetTrainer:
     """`GPNet.fit`: exact-GP pre-training of the hyperparameters on `pretrain_points` points (Gaussian
-    likelihood), then `max_steps` `GPNetTrainer` steps on minibatches of `batch_size` drawn at random
-    (seeded) from (X, Y)."""
+    likelihood), then `max_steps` steps of `GPNetTrainer.pretrained` on minibatches of `batch_size`
+    drawn at random (seeded) from (X, Y)."""
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y)
-    pretrain(model, X, Y, num_points=pretrain_points, seed=seed)
-    trainer = GPNetTrainer(model, learning_rate=learning_rate, update=update, seed=seed)
+    trainer = GPNetTrainer.pretrained(model, X, Y, pretrain_points=pretrain_points, seed=seed,
+                                      learning_rate=learning_rate, update=update)
     rng = np.random.default_rng([seed, 2])
 
     def batches():
