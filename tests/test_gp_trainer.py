@@ -117,3 +117,45 @@ def test_natural_gradients_are_refused_for_a_mixture_q():
     model = SVGP(RBF(1.0, 1.0), Gaussian(0.1), np.linspace(-3, 3, 5)[:, None], num_components=2)
     with pytest.raises(ConfigError, match="single-Gaussian"):
         Trainer(model, natgrad_gamma=0.5)
+
+
+class _SeedRecorder(tf.Module):
+    """loss(batch, seed) = (w · batch₀)², recording the seed it was given (NaN batches fail the step)."""
+
+    dtype = tf.float64
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(1.0, dtype=tf.float64)
+        self.last_seed = tf.Variable([-1, -1], dtype=tf.int32, trainable=False)
+
+    def loss(self, batch, seed):
+        self.last_seed.assign(seed)
+        return (self.w * batch[0]) ** 2
+
+
+def test_each_step_draws_from_the_seed_and_its_own_step_number(tmp_path):
+    # the stateless noise of step k is seeded by (config.seed, k): through step(), a refused step (not
+    # counted), fit() and a resume from a checkpoint
+    model = _SeedRecorder()
+    trainer = Trainer(model, learning_rate=0.1, seed=7)
+    seen = []
+    for value in (1.0, 2.0):
+        trainer.step(tf.constant([value], tf.float64))
+        seen.append(model.last_seed.numpy().tolist())
+    with pytest.raises(NumericalError):
+        trainer.step(tf.constant([np.nan], tf.float64))
+    trainer.step(tf.constant([3.0], tf.float64))
+    seen.append(model.last_seed.numpy().tolist())
+    assert seen == [[7, 0], [7, 1], [7, 2]] and trainer.state.step == 3
+
+    def record(progress):
+        if progress.event == "step":
+            seen.append(model.last_seed.numpy().tolist())
+
+    seen.clear()
+    first = Trainer(model, learning_rate=0.1, seed=7, callbacks=[record], checkpoint_dir=tmp_path)
+    first.fit([tf.constant([1.0], tf.float64)], max_steps=3)
+    resumed = Trainer(model, learning_rate=0.1, seed=7, callbacks=[record], checkpoint_dir=tmp_path)
+    resumed.fit([tf.constant([1.0], tf.float64)], max_steps=5, resume=True)
+    assert seen == [[7, k] for k in range(5)]

@@ -140,6 +140,7 @@ def build_svi_step(
     size_fn: Callable = batch_size_of,
     jit_compile: bool = False,
     input_signature=None,
+    loss_args: Callable[[], tuple] | None = None,
 ):
     """One compiled SVI step: `step(per_replica_batch, *args) → (global loss, applied)`.
 
@@ -150,7 +151,9 @@ def build_svi_step(
     `natural = (NaturalGradient, [(q_mu, q_sqrt), ...])` those Gaussians' variables are
     differentiated in the same pass and stepped by natural gradients instead. With `jit_compile`
     each replica's loss and gradient are one XLA cluster. A variable the loss does not reach (no
-    gradient) is a ConfigError naming it, raised when the step is first traced.
+    gradient) is a ConfigError naming it, raised when the step is first traced. `loss_args()`, when
+    given, runs inside the step (cross-replica context) and its tuple is passed to `loss_fn` after
+    `*args` — e.g. a seed from a step counter variable, which saves feeding a new tensor per step.
     """
     variables = list(variables)
     natgrad, pairs = natural if natural is not None else (None, [])
@@ -181,6 +184,8 @@ def build_svi_step(
         return tf.cond(size > 0, lambda: weighted_gradients(batch, weight, *args), empty)
 
     def step(batch, *args):
+        if loss_args is not None:
+            args = (*args, *loss_args())
         loss, grads = strategy.run(replica_fn, args=(batch, *args))
         loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
         grads = [strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
