@@ -202,7 +202,7 @@ class Stationary(Kernel):
                 cross = sparse_dense_inner(X, Z)
                 z_norm = tf.reduce_sum(Z**2, -1)
             sq = x_norm[..., :, None] + z_norm - 2.0 * cross
-            return tf.maximum(sq, 0.0) / tf.convert_to_tensor(self.lengthscales) ** 2
+            return tf.nn.relu(sq) / tf.convert_to_tensor(self.lengthscales) ** 2
         ls = tf.convert_to_tensor(self.lengthscales)
         X = tf.convert_to_tensor(X, self.dtype) / ls
         Z = X if Z is None else tf.convert_to_tensor(Z, self.dtype) / ls
@@ -211,7 +211,7 @@ class Stationary(Kernel):
             + tf.reduce_sum(Z**2, -1)[..., None, :]
             + tf.linalg.matmul(-2.0 * X, Z, transpose_b=True)  # the −2 on [N, D], not [N, M] (exact either way)
         )
-        return tf.maximum(sq, 0.0)
+        return tf.nn.relu(sq)  # max(sq, 0), whose gradient is one op (tf.maximum's is a compare and a select)
 
     def K(self, X, Z=None):  # [..., N, M]
         return tf.convert_to_tensor(self.variance) * self._profile(self._scaled_sq_dist(X, Z))
@@ -222,7 +222,7 @@ class Stationary(Kernel):
 
     def _from_gram_blocks(self, gram):
         norm = tf.linalg.diag_part(gram)
-        sq = tf.maximum(norm[..., :, None] + norm[..., None, :] - 2.0 * gram, 0.0)
+        sq = tf.nn.relu(norm[..., :, None] + norm[..., None, :] - 2.0 * gram)
         return tf.convert_to_tensor(self.variance) * self._profile(sq / tf.convert_to_tensor(self.lengthscales) ** 2)
 
     def _profile(self, r2):

@@ -94,7 +94,11 @@ def _escalating_cholesky(a, jitter, max_tries, growth):
         retry = tf.linalg.cholesky(a + jit[..., None, None] * eye)
         return jit, tf.where(good[..., None, None], chol, retry)
 
-    return tf.while_loop(cond, body, (jit0, chol0), maximum_iterations=max_tries - 1)[1]
+    def escalate():
+        return tf.while_loop(cond, body, (jit0, chol0), maximum_iterations=max_tries - 1)[1]
+
+    # the loop only behind a cond: a graph's while loop costs its frame ops every step, even at 0 iterations
+    return tf.cond(tf.reduce_all(_factor_ok(chol0)), lambda: chol0, escalate)
 
 
 def _cholesky_backward(chol, middle):

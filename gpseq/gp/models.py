@@ -74,9 +74,13 @@ class SVGP(tf.Module):
         X, Y = batch
         parameters = self.q.parameters()  # once: the marginals and the KL share them (and chol(K_zz))
         mean, var, Kzz_cholesky = self._marginals(X, parameters)  # [K, B, P]
-        pi = self.q.mixture_weights()
-        var_exp = tf.add_n([pi[k] * tf.reduce_sum(self.likelihood.variational_expectations(mean[k], var[k], Y))
-                            for k in range(self.q.num_components)])
+        expectations = self.likelihood.variational_expectations
+        if self.q.num_components == 1:  # π = (1,): skips the softmax and the products by 1
+            var_exp = tf.reduce_sum(expectations(tf.squeeze(mean, 0), tf.squeeze(var, 0), Y))
+        else:
+            pi = self.q.mixture_weights()
+            var_exp = tf.add_n([pi[k] * tf.reduce_sum(expectations(mean[k], var[k], Y))
+                                for k in range(self.q.num_components)])
         if self.num_data is None:
             scale = tf.ones([], self.dtype)
         else:
