@@ -43,7 +43,10 @@ def main() -> None:
     parser.add_argument("--pos-model", type=Path, default=ROOT / "models" / "en_pos_conll2000")
     parser.add_argument("--chunk-model", type=Path, default=ROOT / "models" / "en_chunk_conll2000")
     args = parser.parse_args()
+    started, load_start = time.perf_counter(), os.getloadavg()[0]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import run_meta
 
     import spacy
     from spacy.tokens import Doc
@@ -137,6 +140,9 @@ def main() -> None:
     print(f"{len(test)} test sentences, {n_words:,} words")
     for name, value in rows:
         print(f"{name:<{width}}  {value:>10}")
+    results["meta/load_average_1min_start"], results["meta/load_average_1min_end"] = load_start, os.getloadavg()[0]
+    results.update(run_meta("spacy_pipeline.py", args.quick, started))
+    print(f"load average (1 min) {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
