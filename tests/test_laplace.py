@@ -457,41 +457,31 @@ def test_the_l1_path_ends_at_the_first_strength_not_significantly_better(crossfi
 def test_choose_prior_walks_the_l1_path_then_the_variances_at_the_chosen_strength():
     """`choose_prior` on a hand-made ranking (per-sentence NLLs, so the one-standard-error rule is
     computed by hand): λ = 1 → 0.1 is better by far more than its standard error, 0.01 only by noise
-    (the path ends, 0 is not fitted); at λ = 0.1, σ² = 4 is better, σ² = 1 only nominally (the walk
-    ends, 0.5 is not fitted); a σ² that is not even nominally better after the first half of its
-    step (σ² = 8) is abandoned there. Each fit is warm-started from the previous fit on the L1 path
-    and from the choice so far (then its own first half) on the σ² walk; the first fit gets the
-    whole budget (number 0), each half of a σ² step half a refit's."""
+    (the path ends, 0 is not fitted); at λ = 0.1, σ² = 4 is better, σ² = 1 is not (the walk ends).
+    Each fit is warm-started from the previous fit on the L1 path and from the choice so far on the
+    σ² walk; the first fit gets the whole budget (number 0)."""
     from gpseq.training.prior_path import choose_prior
 
     base = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     noise = np.array([0.01, -0.01, 0.02, -0.02, 0.01, -0.015])
     sentence_nll = {(16.0, 1.0): base + 0.5, (16.0, 0.1): base, (16.0, 0.01): base + noise,
-                    (4.0, 0.1): base - 0.3 + noise, (1.0, 0.1): base - 0.3 - noise - 0.002,
-                    (8.0, 0.1): base + 0.001}
+                    (4.0, 0.1): base - 0.3 + noise, (1.0, 0.1): base - 0.3 - noise}
     calls = []
 
-    def fit_at(number, prior, warm, share):
-        calls.append((number, prior, warm, share))
+    def fit_at(number, prior, warm):
+        calls.append((number, prior, warm))
         return prior
 
     def rank(prior):
         nll = sentence_nll[prior]
         return {"dev_sentence_nll": nll, "dev_tokens": 60, "dev_token_nll": nll.sum() / 60}
 
-    choice, candidates = choose_prior(fit_at, rank, [16.0, 4.0, 1.0, 0.5], [1.0, 0.1, 0.01, 0.0], warm="init")
+    choice, candidates = choose_prior(fit_at, rank, [16.0, 4.0, 1.0], [1.0, 0.1, 0.01, 0.0], warm="init")
     assert choice.prior == choice.fit == (4.0, 0.1)
     assert list(candidates) == [(16.0, 1.0), (16.0, 0.1), (16.0, 0.01), (4.0, 0.1), (1.0, 0.1)]
-    assert calls == [(0, (16.0, 1.0), "init", 1.0), (1, (16.0, 0.1), (16.0, 1.0), 1.0),
-                     (2, (16.0, 0.01), (16.0, 0.1), 1.0), (3, (4.0, 0.1), (16.0, 0.1), 0.5),
-                     (4, (4.0, 0.1), (4.0, 0.1), 0.5), (5, (1.0, 0.1), (4.0, 0.1), 0.5),
-                     (6, (1.0, 0.1), (1.0, 0.1), 0.5)]
+    assert calls == [(0, (16.0, 1.0), "init"), (1, (16.0, 0.1), (16.0, 1.0)), (2, (16.0, 0.01), (16.0, 0.1)),
+                     (3, (4.0, 0.1), (16.0, 0.1)), (4, (1.0, 0.1), (4.0, 0.1))]
     assert candidates[(4.0, 0.1)] == pytest.approx((base - 0.3 + noise).sum() / 60)
-
-    calls.clear()
-    choice, candidates = choose_prior(fit_at, rank, [16.0, 8.0, 4.0], [1.0, 0.1, 0.01], warm="init")
-    assert choice.prior == (16.0, 0.1) and list(candidates)[-1] == (8.0, 0.1)
-    assert calls[-1] == (3, (8.0, 0.1), (16.0, 0.1), 0.5) and len(calls) == 4
 
 
 @pytest.mark.parametrize("cpus", [1, 2, 3, 8])

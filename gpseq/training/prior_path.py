@@ -69,35 +69,27 @@ def choose_prior(fit_at, rank, variances, strengths, warm=None):
     """Walk the priors and choose one by the one-standard-error rule (`PathChoice`): the L1 path
     (σ²₀, λ) for λ in `strengths` at the first σ² (each fit warm-started from the previous one,
     the sparsest first), then, at the chosen λ, the other σ² in order (each warm-started from the
-    fit chosen so far). Each walk ends at the first prior not better than the choice so far. A σ²
-    step runs in two halves of a refit's iterations: when after the first its held-out NLL is not
-    even below the choice's, the walk ends there (half the cost of a step that loses, e.g. σ² = 2
-    for POS tagging on CoNLL-2000).
-    `fit_at(number, prior, warm, share)` fits the `number`-th prior of the walk (0: the first, on the
-    whole budget) on `share` of its iterations; `rank(fit)` is its held-out ranking
-    (`fit_calibration_parts(..., sentences=True)`).
+    fit chosen so far). Each walk ends at the first prior not better than the choice so far.
+    `fit_at(number, prior, warm)` fits the `number`-th prior of the walk (0: the first, on the
+    whole budget); `rank(fit)` is its held-out ranking (`fit_calibration_parts(..., sentences=True)`).
     Returns (the `PathChoice`, the held-out NLL of every prior fitted, in fitting order)."""
     choice, candidates, number = PathChoice(), {}, 0
 
-    def visit(prior, warm, share=1.0):
+    def visit(prior, warm):
         nonlocal number
-        fit = fit_at(number, prior, warm, share)
+        fit = fit_at(number, prior, warm)
         number += 1
         ranked = rank(fit)
         candidates[prior] = ranked["dev_token_nll"]
-        return fit, ranked
+        return fit, choice.offer(prior, ranked, fit)
 
     for l1 in strengths:
-        warm, ranked = visit((variances[0], l1), warm)
-        if choice.offer((variances[0], l1), ranked, warm):
+        warm, ended = visit((variances[0], l1), warm)
+        if ended:
             break
     for variance in variances[1:]:
-        prior = (variance, choice.prior[1])
-        half, ranked = visit(prior, choice.fit, 0.5)
-        if ranked["dev_token_nll"] >= choice.ranked["dev_token_nll"]:
-            break
-        fit, ranked = visit(prior, half, 0.5)
-        if choice.offer(prior, ranked, fit):
+        _, ended = visit((variance, choice.prior[1]), choice.fit)
+        if ended:
             break
     return choice, candidates
 
@@ -205,9 +197,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         # every fold's fit warm-started from its fit at the previous prior; each prior ranked by the
         # held-out NLL of its fold fits at their best T
         choice, candidates = choose_prior(
-            lambda number, prior, warm, share: [
-                path_fit(objective, number, prior, each, FOLD_BUDGET_SHARE * share)
-                for objective, each in zip(objectives, warm or [None] * len(folds))],
+            lambda number, prior, warm: [path_fit(objective, number, prior, each, FOLD_BUDGET_SHARE)
+                                         for objective, each in zip(objectives, warm or [None] * len(folds))],
             lambda fold_fits: fit_calibration_parts(held_out(fold_fits), variance_scale=False, sentences=True),
             variances, strengths)
         prior, fold_fits = choice.prior, choice.fit
@@ -230,8 +221,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         objective = NumpyChainObjective(data, num_labels, dtype=config.dtype)
         if has_dev and tcfg.calibrate:  # ranked by the dev NLL at the best T
             choice, candidates = choose_prior(
-                lambda number, prior, warm, share: path_fit(objective, number, prior, warm, share,
-                                                            evidence_rounds=tcfg.evidence_rounds),
+                lambda number, prior, warm: path_fit(objective, number, prior, warm,
+                                                     evidence_rounds=tcfg.evidence_rounds),
                 lambda current: calibrate(current, dev_data, variance_scale=False, sentences=True),
                 variances, strengths, init)
             prior, chosen = choice.prior, choice.fit
