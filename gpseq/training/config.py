@@ -43,7 +43,7 @@ class TrainingConfig:
     max_steps: int | None = None
     learning_rate: float = 0.02
     num_samples: int | None = None  # Monte Carlo samples of f per sequence in the ELBO (None: the
-    # estimator's default, 1 pathwise, 16 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
+    # estimator's default, 1 pathwise, 128 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
     seed: int = 0
     dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
     dev_max_sentences: int | None = 2000  # at most this many sentences in that slice: it is held in memory
