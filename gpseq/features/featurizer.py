@@ -23,11 +23,10 @@ from gpseq.features.saved import (FORMAT_NAME, FORMAT_VERSION, read_featurizer_j
                                   write_featurizer)
 from gpseq.features.templates import FeatureTemplate
 from gpseq.features.values import TokenValues, ValueSpace, stable_hash
+from gpseq.features.vocabulary import KEY_LIMIT, FeatureCounts, VocabularyTable
 
 __all__ = ["FORMAT_VERSION", "FeatureMatrix", "Featurizer"]
 
-_DENSE_TABLE_MAX = 1 << 20  # templates whose key space is at most this use a direct lookup table
-_KEY_LIMIT = 1 << 62
 
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -43,80 +42,7 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-class _Table:
-    """A template's vocabulary: sorted keys → columns, with a direct table for small key spaces."""
-
-    def __init__(self, keys: np.ndarray, columns: np.ndarray, key_space: int):
-        self.keys = np.asarray(keys, dtype=np.int64)
-        self.columns = np.asarray(columns, dtype=np.int32)
-        self.dense = None
-        if key_space <= _DENSE_TABLE_MAX:
-            self.dense = np.zeros(max(key_space, 1), dtype=np.int32)
-            self.dense[self.keys] = self.columns
-
-    def lookup(self, keys: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
-        """Columns `[N]` (int32) of `keys [N]`; 0 where invalid or not in the vocabulary."""
-        if valid is not None:
-            keys = np.where(valid, keys, 0)
-        if self.dense is not None:
-            found = self.dense[keys]
-        elif len(self.keys) == 0:
-            return np.zeros(len(keys), dtype=np.int32)
-        else:
-            at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-            found = np.where(self.keys[at] == keys, self.columns[at], 0).astype(np.int32)
-        if valid is not None:
-            found = np.where(valid, found, 0).astype(np.int32)
-        return found
-
-
 FIT_BLOCK = 4096  # sentences whose values `Featurizer.fit` extracts at once
-
-
-class _Counts:
-    """The feature counts of a fit so far, per template as (value ids of each part, count) of its
-    distinct features — ids, unlike mixed-radix keys, stay valid as the value spaces grow — merged
-    once `MERGE` blocks have been added."""
-
-    MERGE = 8
-
-    def __init__(self, featurizer: "Featurizer"):
-        self.featurizer = featurizer
-        self.pending: list[list] = [[] for _ in featurizer._templates]
-
-    def add(self, lengths: np.ndarray, values: dict) -> None:
-        featurizer = self.featurizer
-        for j, (template, unique, count) in enumerate(zip(featurizer._templates, *featurizer._counted(lengths, values))):
-            self.pending[j].append((featurizer._decode(template, unique), count))
-            if len(self.pending[j]) >= self.MERGE:
-                self.pending[j] = [self._merged(j)]
-
-    def _merged(self, j: int) -> tuple[list, np.ndarray]:
-        unique, count = self._keyed(j)
-        return self.featurizer._decode(self.featurizer._templates[j], unique), count
-
-    def _keyed(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """Template j's distinct keys under the current value spaces (sorted) and their counts."""
-        featurizer, template = self.featurizer, self.featurizer._templates[j]
-        if featurizer._key_space(template) >= _KEY_LIMIT:
-            raise ConfigError(f"feature template {template.name!r}: conjunction key space too large")
-        keys, counts = [], []
-        for parts, count in self.pending[j]:
-            key = np.zeros(len(count), dtype=np.int64)
-            for (source, _), ids in zip(template.parts, parts):
-                key = key * featurizer._spaces[source].radix + ids
-            keys.append(key)
-            counts.append(count)
-        if len(keys) == 1:
-            return keys[0], counts[0]
-        unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-        return unique, np.bincount(inverse, weights=np.concatenate(counts), minlength=len(unique)).astype(np.int64)
-
-    def totals(self) -> tuple[list, list]:
-        """(distinct keys, counts) of every template under the final value spaces."""
-        keyed = [self._keyed(j) if self.pending[j] else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-                 for j in range(len(self.pending))]
-        return [unique for unique, _ in keyed], [count for _, count in keyed]
 
 
 class Featurizer:
@@ -134,7 +60,7 @@ class Featurizer:
         self._sources: list = config.sources()
         self._max_offset = max((abs(o) for t in self._templates for _, o in t.parts), default=0)
         self._values = TokenValues(config, self._sources, 2 * self._max_offset, nlp)
-        self._tables: list[_Table] | None = None
+        self._tables: list[VocabularyTable] | None = None
         self._n_features: int | None = config.hashing_dim
 
     @property
@@ -170,7 +96,7 @@ class Featurizer:
         if self.hashing:
             return self
         self._values.reset(frozen=False)
-        counts = _Counts(self)
+        counts = FeatureCounts(self)
         block: list = []
         for sentence in sentences:
             block.append(sentence)
@@ -186,7 +112,7 @@ class Featurizer:
         if self.hashing:
             return self
         self._values.reset(frozen=False)
-        counts = _Counts(self)
+        counts = FeatureCounts(self)
         counts.add(*self._values.of_docs(list(docs)))
         return self._build_vocabulary(*counts.totals())
 
@@ -289,7 +215,7 @@ class Featurizer:
             keys, columns = arrays.get(f"keys_{i}"), arrays.get(f"columns_{i}")
             if keys is None or columns is None:
                 raise ModelFormatError(f"{meta_path}: vocabulary.npz lacks the table of template {template.name!r}")
-            tables.append(_Table(keys, columns, featurizer._key_space(template)))
+            tables.append(VocabularyTable(keys, columns, featurizer._key_space(template)))
         featurizer._tables = tables
         featurizer._n_features = int(data["n_features"])
         return featurizer
@@ -322,7 +248,7 @@ class Featurizer:
         """Mixed-radix key `[N]` (int64) of each token's value tuple, and validity (None = all)."""
         if not template.parts:
             return np.zeros(n, dtype=np.int64), None
-        if self._key_space(template) >= _KEY_LIMIT:
+        if self._key_space(template) >= KEY_LIMIT:
             raise ConfigError(f"feature template {template.name!r}: conjunction key space too large")
         key = None
         valid = None
@@ -349,25 +275,6 @@ class Featurizer:
         starts = np.cumsum(lengths) - lengths
         pos = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
         return pos, np.repeat(lengths, lengths)
-
-    def _counted(self, lengths: np.ndarray, values: dict) -> tuple[list, list]:
-        """Per template: the distinct mixed-radix keys of these tokens' features (under the value
-        spaces as they are now) and their counts."""
-        n = int(lengths.sum())
-        geometry, cache = self._geometry(lengths), {}
-        uniques, counts = [], []
-        for template in self._templates:
-            keys, _ = self._keys(template, values, geometry, cache, n)
-            key_space = self._key_space(template)
-            if key_space <= min(_DENSE_TABLE_MAX * 4, 8 * n + 1024):  # counting beats sorting
-                count = np.bincount(keys, minlength=key_space)
-                unique = np.flatnonzero(count)
-                count = count[unique]
-            else:
-                unique, count = np.unique(keys, return_counts=True)
-            uniques.append(unique)
-            counts.append(count)
-        return uniques, counts
 
     def _build_vocabulary(self, uniques: list, counts: list) -> "Featurizer":
         """The columns of the kept features from the distinct keys of every template (under the
@@ -408,7 +315,7 @@ class Featurizer:
             key = np.sort(key)
             columns = np.arange(next_column, next_column + len(key), dtype=np.int32)
             next_column += len(key)
-            tables.append(_Table(key, columns, self._key_space(template)))
+            tables.append(VocabularyTable(key, columns, self._key_space(template)))
         self._tables = tables
         self._n_features = next_column
         return self
