@@ -175,10 +175,36 @@ def plot(results: dict, path: Path) -> None:
     figure.savefig(path, format="png", dpi=90)
 
 
+def text_report(results: dict) -> str:
+    """The learning curves as Markdown tables (chunk F1 / token NLL against sentences labelled),
+    tokens labelled, time, and the summary."""
+    meta = results["meta"]
+    lines = [f"python benchmarks/active_learning.py {' '.join(meta['argv'])}",
+             f"{meta['date']} UTC, {meta['machine']}, load average at the start "
+             f"{' '.join(f'{x:.2f}' for x in meta['load_average'])}; pool {meta['pool']}, test {meta['test']}, "
+             f"seed {meta['seed']}" + (" (REDUCED)" if meta["reduced"] else ""), ""]
+    for name, entry in results["corpora"].items():
+        curves = entry["curves"]
+        names = list(curves)
+        lines += [f"{name} (start {entry['start']}, step {entry['step']}, pool {entry['pool_sentences']}, "
+                  f"test {entry['test_sentences']}): chunk F1 / token NLL on test", "",
+                  "| sentences | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for i, point in enumerate(curves[names[0]]):
+            cells = [f"{c[i]['f1']:.4f} / {c[i]['token_nll']:.3f}" if i < len(c) else "" for c in curves.values()]
+            lines.append(f"| {point['sentences']} | " + " | ".join(cells) + " |")
+        lines += ["", "tokens labelled at the end: " + ", ".join(f"{n} {c[-1]['tokens']:,}" for n, c in curves.items()),
+                  "train s (sum): " + ", ".join(f"{n} {sum(p['train_s'] for p in c):.0f}" for n, c in curves.items()),
+                  "select s (sum): " + ", ".join(f"{n} {sum(p.get('select_s', 0) for p in c):.0f}"
+                                                 for n, c in curves.items()),
+                  "summary: " + json.dumps(entry.get("summary", {}), indent=1), ""]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
     parser.add_argument("--plot", type=Path, help="write the learning curves as a PNG here")
+    parser.add_argument("--txt", type=Path, help="write the tables as text here")
     parser.add_argument("--corpora", default="conll2000,japanesene")
     parser.add_argument("--strategies", default=",".join(ALL))
     parser.add_argument("--rounds", type=int, default=8)
@@ -237,6 +263,8 @@ def main(argv=None) -> int:
     save()
     if args.plot:
         plot(results, args.plot)
+    if args.txt:
+        args.txt.write_text(text_report(results))
     return 0
 
 
