@@ -13,7 +13,8 @@ minibatches of 256 drawn from the same seeded stream, Adam.
   overrides one: exact-GP pre-training of the hyperparameters on 1,000 training points (Gaussian
   likelihood; timed as training), then `GPNetTrainer` steps — random Fourier features, full weight
   covariance, measurement points per step, β_t = β₀ / (1 + decay t^power), the closed-form weight step
-  for a Gaussian likelihood (Adam on it for Bernoulli), Adam 0.01 on everything else.
+  for a Gaussian likelihood (Adam on it for Bernoulli), Adam 0.01 on everything else; on the 1 M set
+  `--large-features` (800) random features unless `--features` is given.
 
 Small sets: each model runs `--steps` steps; test NLPD (and RMSE or accuracy) is evaluated every
 `--eval-every` steps, and the wall time to convergence is the training time (evaluations
@@ -45,6 +46,10 @@ from gpseq.gp import RBF, SVGP, Bernoulli, Gaussian, GPNet, GPNetTrainer, kmeans
 from gpseq.training.trainer import Trainer  # noqa: E402
 
 BATCH = 256
+# GPNet's random features on the 1 M set (the library's default, 400, elsewhere): chosen on a
+# validation split of the training points (benchmarks/results/gpnet.explore.txt, round 4) once the
+# closed-form step became a low-rank update of a dense weight factor, O(F²M) per step, not O(F³)
+LARGE_FEATURES = 800
 
 
 # ---- data ----------------------------------------------------------------------------------------
@@ -203,6 +208,8 @@ def main(argv=None):
     parser.add_argument("--large", type=int, default=1_000_000, help="training points of the synthetic set")
     # GPNet settings: the library's defaults (GPNet, GPNet.fit) unless given
     parser.add_argument("--features", type=int, default=None, help="GPNet random features (cos/sin pairs × 2)")
+    parser.add_argument("--large-features", type=int, default=LARGE_FEATURES,
+                        help="GPNet random features on the 1 M set when --features is not given")
     parser.add_argument("--measurement", type=int, default=None, help="GPNet measurement points per step")
     parser.add_argument("--gpnet-lr", type=float, default=None)
     parser.add_argument("--beta0", type=float, default=None)
@@ -254,7 +261,9 @@ def main(argv=None):
         sub = X[np.random.default_rng(3).choice(len(X), 20_000, replace=False)]
         results["large_n"] = len(X)
         results["large_budget_s"] = args.budget
-        for key, runner in runners(kind, X, Y, sub, models, args):
+        large_args = argparse.Namespace(**dict(vars(args), features=args.features or args.large_features))
+        results["large_gpnet_features"] = large_args.features
+        for key, runner in runners(kind, X, Y, sub, models, large_args):
             history = run(runner, X, Y, Xte, Yte, budget=args.budget, eval_seconds=args.budget / 10)
             step, total, nlpd, rmse = history[-1]
             results[f"large_{key}_nlpd"], results[f"large_{key}_rmse"] = nlpd, rmse

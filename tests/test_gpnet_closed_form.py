@@ -30,48 +30,58 @@ def _phi(net, X):
 
 def _weights(net):
     raw = net.q_sqrt_raw.numpy()[0]
-    L = np.tril(raw, -1) + np.diag(np.log1p(np.exp(np.diag(raw))))
+    L = raw if net.weight_factor == "dense" else np.tril(raw, -1) + np.diag(np.log1p(np.exp(np.diag(raw))))
     return net.q_mu.numpy()[:, 0], L @ L.T
 
 
-def _small_net(ridge, seed=0, F=12):
+def _small_net(ridge, seed=0, F=12, factor="lower", M=4):
+    """A random network (a lower factor with a random stored diagonal, or a dense one) and a random
+    target at M measurement points."""
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, (6, 1))
     net = GPNet(RBF(1.2, 0.9), Gaussian(0.1), X, num_data=6, num_features=F, projection_ridge=ridge,
-                jitter=1e-12, seed=seed)
+                jitter=1e-12, seed=seed, weight_factor=factor)
     net.q_mu.assign(rng.normal(size=(F, 1)))
     raw = np.tril(0.3 * rng.normal(size=(F, F)), -1) + np.diag(rng.normal(size=F))
+    if factor == "dense":
+        raw = raw + 0.3 * np.triu(rng.normal(size=(F, F)), 1)
     net.q_sqrt_raw.assign(raw[None])
-    X_M = np.array([[-1.7], [-0.4], [0.8], [1.9]])
-    target_mean = rng.normal(size=(4, 1))
-    B = rng.normal(size=(4, 4))
-    target_cov = 0.2 * B @ B.T + 0.05 * np.eye(4)
+    X_M = np.array([[-1.7], [-0.4], [0.8], [1.9]]) if M == 4 else rng.uniform(-2, 2, (M, 1))
+    target_mean = rng.normal(size=(M, 1))
+    B = rng.normal(size=(M, M))
+    target_cov = 0.2 * B @ B.T + 0.05 * np.eye(M)
     return net, X_M, target_mean, target_cov
 
 
-@pytest.mark.parametrize("ridge", [0.0, 0.05])
-def test_projection_is_conditioning_on_the_measurements_then_marginalising_the_target(ridge):
+@pytest.mark.parametrize("factor, ridge, F, M", [("lower", 0.0, 12, 4), ("lower", 0.05, 12, 4),
+                                                 ("dense", 0.0, 12, 4), ("dense", 0.05, 12, 4),
+                                                 ("dense", 0.01, 40, 9), ("dense", 0.05, 8, 11)])
+def test_projection_is_conditioning_on_the_measurements_then_marginalising_the_target(factor, ridge, F, M):
     """q_{t+1}(w) = ∫ q_t(w | y_M) q̂(y_M) dy_M with y_M = f_M + ε, ε ~ N(0, δI) (δ = ridge × mean
-    prior-network variance at X_M; ridge 0: exact), computed from the joint Gaussian of (w, y_M)."""
-    net, X_M, mu_hat, sigma_hat = _small_net(ridge)
+    prior-network variance at X_M; ridge 0: exact), computed from the joint Gaussian of (w, y_M) —
+    the dense closed form V' = V − GΦV + G(Σ̂ + δI)Gᵀ. A dense factor takes it as a low-rank update of
+    the factor (thin QR, M × M Cholesky; also with more measurement points than features): equal
+    to 1e-8 all the same."""
+    net, X_M, mu_hat, sigma_hat = _small_net(ridge, F=F, factor=factor, M=M)
     m, V = _weights(net)
     phi = _phi(net, X_M)
     C = phi @ V @ phi.T
     delta = ridge * np.mean(np.diag(C))
-    G = V @ phi.T @ np.linalg.inv(C + delta * np.eye(4))
+    G = V @ phi.T @ np.linalg.inv(C + delta * np.eye(M))
     expected_mean = m + G @ (mu_hat[:, 0] - phi @ m)
-    expected_cov = V - G @ phi @ V + G @ (sigma_hat + delta * np.eye(4)) @ G.T
+    expected_cov = V - G @ phi @ V + G @ (sigma_hat + delta * np.eye(M)) @ G.T
     m_new, L_new, ok = project(net, X_M, mu_hat, sigma_hat[None])
     assert bool(ok)
     np.testing.assert_allclose(m_new.numpy()[:, 0], expected_mean, rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose((L_new.numpy()[0] @ L_new.numpy()[0].T), expected_cov, rtol=1e-8, atol=1e-8)
 
 
-def test_projection_is_the_unit_natural_gradient_step_and_matches_the_target():
+@pytest.mark.parametrize("factor", ["lower", "dense"])
+def test_projection_is_the_unit_natural_gradient_step_and_matches_the_target(factor):
     """Ridge 0: the step is θ ← θ − ∂KL/∂η with the KL[q(f_M) ‖ q̂(f_M)] of the seed's step, i.e. in
     precision form Λ' = Λ − Φᵀ(ΦVΦᵀ)⁻¹Φ + ΦᵀΣ̂⁻¹Φ and Λ'm' = Λm − Φᵀ(ΦVΦᵀ)⁻¹Φm + ΦᵀΣ̂⁻¹μ̂;
     afterwards q(f_M) is the target (the KL is 0) and the network's conditional q(w | f_M) is unchanged."""
-    net, X_M, mu_hat, sigma_hat = _small_net(0.0, seed=1)
+    net, X_M, mu_hat, sigma_hat = _small_net(0.0, seed=1, factor=factor)
     m, V = _weights(net)
     phi = _phi(net, X_M)
     Lam = np.linalg.inv(V)

@@ -7,8 +7,10 @@ inference networks"):
     q_γ(f):  f_p(x) = w_pᵀφ(x) + ξ_θ(x)_p,   w_p ~ N(m_p, V_p),   p = 1..P latent functions,
 
 φ a `RandomFeatures` map (random Fourier features of the RBF kernel, or the exact linear one),
-V_p full (`q_sqrt [P, F, F]`, lower triangular, the default: the exact weight-space posterior of
-Bayesian linear regression, (ΦᵀΦ/σ² + I)⁻¹, is a full matrix) or diagonal (`full_cov=False`,
+V_p full (`q_sqrt [P, F, F]`, the default: the exact weight-space posterior of Bayesian linear
+regression, (ΦᵀΦ/σ² + I)⁻¹, is a full matrix; V = q_sqrt q_sqrtᵀ with q_sqrt lower triangular, or
+any square root — `weight_factor="dense"`, the default for a Gaussian likelihood, so that the
+closed-form step is a low-rank update, O(F²M) instead of O(F³)) or diagonal (`full_cov=False`,
 O(F) per point instead of O(F²), for many features), and ξ_θ an optional one-hidden-layer tanh MLP
 (`residual_hidden` units) that adds to the mean only. At any inputs X, q_γ(f_X) is Gaussian:
 mean Φ m + ξ(X), covariance Φ V Φᵀ (+ jitter).
@@ -76,6 +78,7 @@ __all__ = ["GPNet", "GPNetTrainer", "beta_schedule"]
 tfd = tfp.distributions
 
 SPREADS = ("gaussian", "uniform", "none")
+WEIGHT_FACTORS = ("auto", "lower", "dense")
 
 
 def beta_schedule(step, beta0: float = 1.0, decay: float = 1.0, power: float = 0.5):
@@ -111,6 +114,7 @@ class GPNet(tf.Module):
         spread: str = "gaussian",
         spread_scale: float = float(1.0 / np.sqrt(2.0)),
         full_cov: bool = True,
+        weight_factor: str = "auto",
         residual_hidden: int = 0,
         beta0: float = 1.0,
         beta_decay: float = 1.0,
@@ -124,6 +128,8 @@ class GPNet(tf.Module):
         super().__init__(name=name)
         if spread not in SPREADS:
             raise ConfigError(f"spread must be one of {', '.join(SPREADS)}, got {spread!r}")
+        if weight_factor not in WEIGHT_FACTORS:
+            raise ConfigError(f"weight_factor must be one of {', '.join(WEIGHT_FACTORS)}, got {weight_factor!r}")
         if projection_ridge < 0.0:
             raise ConfigError(f"projection_ridge must be >= 0, got {projection_ridge}")
         if not 0.0 < beta0 <= 1.0 or beta_decay < 0.0 or not 0.0 < beta_power <= 1.0:
@@ -150,6 +156,9 @@ class GPNet(tf.Module):
         self.num_data, self.num_latent, self.num_measurement = int(num_data), P, int(num_measurement)
         self.spread, self.spread_scale = spread, float(spread_scale)
         self.full_cov, self.residual_hidden = full_cov, int(residual_hidden)
+        if weight_factor == "auto":  # dense where the closed-form step will update it (gpnet_training.project)
+            weight_factor = "dense" if full_cov and isinstance(likelihood, Gaussian) else "lower"
+        self.weight_factor = weight_factor if full_cov else "lower"
         self.beta0, self.beta_decay, self.beta_power = float(beta0), float(beta_decay), float(beta_power)
         self.learn_hyperparameters, self.jitter = learn_hyperparameters, float(jitter)
         self.projection_ridge = float(projection_ridge)
@@ -157,8 +166,9 @@ class GPNet(tf.Module):
         # w ~ N(m, V) starts at the prior N(0, I): q_γ₀ is the features' approximation of p(f).
         self.q_mu = tf.Variable(tf.zeros([F, P], self.dtype), name="q_mu")
         if full_cov:
-            # lower-triangular factor: strict lower part as stored, Softplus of the stored diagonal
-            raw = np.broadcast_to(np.eye(F) * _softplus_inverse(1.0), (P, F, F)).copy()
+            # lower: strict lower part as stored, Softplus of the stored diagonal; dense: as stored
+            start = 1.0 if self.weight_factor == "dense" else _softplus_inverse(1.0)
+            raw = np.broadcast_to(np.eye(F) * start, (P, F, F)).copy()
             self.q_sqrt_raw = tf.Variable(tf.constant(raw, self.dtype), name="q_sqrt_raw")
         else:
             self.q_sqrt_raw = tf.Variable(tf.fill([F, P], tf.constant(_softplus_inverse(1.0), self.dtype)),
@@ -186,10 +196,13 @@ class GPNet(tf.Module):
 
     # ---- the network q_γ -----------------------------------------------------------------------
     def q_sqrt(self):
-        """V^{1/2}: `[P, F, F]` lower triangular (full) or `[F, P]` standard deviations (diagonal)."""
+        """V^{1/2}: `[P, F, F]` (full: lower triangular, or any square root with `weight_factor`
+        "dense") or `[F, P]` standard deviations (diagonal)."""
         raw = tf.convert_to_tensor(self.q_sqrt_raw)
         if not self.full_cov:
             return tf.math.softplus(raw)
+        if self.weight_factor == "dense":
+            return raw
         return tf.linalg.band_part(raw, -1, 0) - tf.linalg.diag(tf.linalg.diag_part(raw)) \
             + tf.linalg.diag(tf.math.softplus(tf.linalg.diag_part(raw)))
 
@@ -355,8 +368,13 @@ class GPNet(tf.Module):
 
     # ---- the weight posterior set by the closed-form step ----------------------------------------
     def assign_weights(self, q_mu, q_sqrt):
-        """Sets N(m, V) from m `[F, P]` and the lower factor V^{1/2} `[P, F, F]` (full covariance)."""
+        """Sets N(m, V) from m `[F, P]` and V^{1/2} `[P, F, F]` (full covariance; lower triangular
+        unless `weight_factor` is "dense")."""
         q_sqrt = tf.convert_to_tensor(q_sqrt, self.dtype)
+        if self.weight_factor == "dense":
+            self.q_mu.assign(q_mu)
+            self.q_sqrt_raw.assign(q_sqrt)
+            return
         diag = tf.linalg.diag_part(q_sqrt)
         raw = tf.linalg.set_diag(tf.linalg.band_part(q_sqrt, -1, 0), tfp.math.softplus_inverse(diag))
         self.q_mu.assign(q_mu)

@@ -18,7 +18,7 @@ from gpseq.gp.random_features import RandomFeatures
 __all__ = ["FORMAT", "FORMAT_VERSION", "gpnet_config", "load_gpnet", "save_gpnet"]
 
 FORMAT = "gpseq.gpnet"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: `weight_factor` (a dense V^{1/2}); a version-1 file has the lower-triangular one
 
 
 def gpnet_config(model) -> dict:
@@ -42,6 +42,7 @@ def gpnet_config(model) -> dict:
                      "ard": bool(model.features.ard)},
         "num_data": model.num_data, "num_latent": model.num_latent, "num_measurement": model.num_measurement,
         "spread": model.spread, "spread_scale": model.spread_scale, "full_cov": model.full_cov,
+        "weight_factor": model.weight_factor,
         "residual_hidden": model.residual_hidden, "beta0": model.beta0, "beta_decay": model.beta_decay,
         "beta_power": model.beta_power,
         "learn_hyperparameters": model.learn_hyperparameters, "jitter": model.jitter,
@@ -83,6 +84,7 @@ def load_gpnet(cls, path: str | os.PathLike, inputs=None):
     model = cls(kernel, likelihood, inputs, num_data=config["num_data"], features=features, input_dim=D,
                 num_latent=config["num_latent"], num_measurement=config["num_measurement"],
                 spread=config["spread"], spread_scale=config["spread_scale"], full_cov=config["full_cov"],
+                weight_factor=config.get("weight_factor", "lower"),
                 residual_hidden=config["residual_hidden"], beta0=config["beta0"],
                 beta_decay=config["beta_decay"], beta_power=config.get("beta_power", 0.5),
                 learn_hyperparameters=config["learn_hyperparameters"],

@@ -42,7 +42,9 @@ def project(model, X_M, target_mean, target_cov):
     q_{t+1}(f_M) = q̂(f_M)) and, of all such, is closest to the current one — it keeps the
     network's conditional q_{γ_t}(w | f_M) (module docstring) → (m `[F, P]`, V^{1/2} `[P, F, F]`, ok),
     not assigned. Full weight covariance only; `target_*` as `GPNet.gaussian_target` returns them
-    at `X_M [M, D]` (M ≤ F)."""
+    at `X_M [M, D]` (M ≤ F). A lower-triangular factor is re-factorised (an F × F Cholesky and an
+    F × F product, O(F³)); a dense one (`weight_factor="dense"`) takes the same V' as a low-rank
+    update of the factor, O(F²M) (`_low_rank_factor`)."""
     dtype = model.dtype
     phi = model.features(X_M)  # [M, F]
     L = model.q_sqrt()  # [P, F, F]
@@ -57,12 +59,29 @@ def project(model, X_M, target_mean, target_cov):
     # m' = m + V Φᵀ C⁻¹ r;  V' = L (I − Aᵀ C⁻¹ A + Āᵀ Σ̂ Ā) Lᵀ
     m_new = model.q_mu + tf.transpose(tf.linalg.matmul(L, tf.linalg.matmul(A_bar, r, transpose_a=True))[..., 0])
     difference = tf.convert_to_tensor(target_cov, dtype) - C  # Σ̂ − Φ V Φᵀ
+    if model.weight_factor == "dense":
+        return m_new, *_low_rank_factor(model, L, A, C_chol, difference)
     inner = tf.eye(F, dtype=dtype) + tf.linalg.matmul(A_bar, tf.linalg.matmul(difference, A_bar), transpose_a=True)
     inner = 0.5 * (inner + tf.linalg.matrix_transpose(inner))
     L_new = tf.linalg.matmul(L, safe_cholesky(inner, jitter=model.jitter))  # lower × lower = lower
     ok = tf.reduce_all(tf.math.is_finite(L_new)) & tf.reduce_all(tf.math.is_finite(m_new)) \
         & tf.reduce_all(tf.linalg.diag_part(L_new) > 0.0)
     return m_new, L_new, ok
+
+
+def _low_rank_factor(model, L, A, C_chol, difference):
+    """V'^{1/2} = L T with T Tᵀ = I + Āᵀ (Σ̂ − C) Ā, in O(F²M): from the thin QR Aᵀ = Q R
+    (A = Φ L `[P, M, F]`), Āᵀ W Ā = Q W' Qᵀ with W' = R C⁻¹ W C⁻¹ Rᵀ `[P, M, M]`, so with
+    K K ᵀ = I + W' (Cholesky), T = I + Q (K − I) Qᵀ (QᵀQ = I) and L T = L + (L Q)(K − I) Qᵀ — a dense
+    (not triangular) square root. → (V'^{1/2} `[P, F, F]`, ok)."""
+    Q, R = tf.linalg.qr(tf.linalg.matrix_transpose(A))  # [P, F, k], [P, k, M], k = min(F, M)
+    G = tf.linalg.matrix_transpose(tf.linalg.cholesky_solve(C_chol, tf.linalg.matrix_transpose(R)))  # R C⁻¹
+    W = tf.linalg.matmul(G, tf.linalg.matmul(difference, G, transpose_b=True))
+    W = 0.5 * (W + tf.linalg.matrix_transpose(W))
+    k = tf.shape(W)[-1]
+    K = safe_cholesky(tf.eye(k, dtype=model.dtype) + W, jitter=model.jitter) - tf.eye(k, dtype=model.dtype)
+    L_new = L + tf.linalg.matmul(tf.linalg.matmul(tf.linalg.matmul(L, Q), K), Q, transpose_b=True)
+    return L_new, tf.reduce_all(tf.math.is_finite(L_new))
 
 
 # ---- exact-GP pre-training of the prior hyperparameters -------------------------------------------
