@@ -503,6 +503,28 @@ def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
     for width in (1, 7):
         dense = rng.normal(size=(40, width)).astype(np.float32)
         np.testing.assert_array_equal(blocks @ dense, matrix @ dense)
+        # out += X·dense in place, twice: SciPy's product added to what `out` held
+        start = rng.normal(size=(57, width)).astype(np.float32)
+        out = start.copy()
+        blocks.accumulate(dense, out)
+        blocks.accumulate(dense.astype(np.float64), out)  # another dtype: converted to out's
+        np.testing.assert_allclose(out, start + 2 * (matrix @ dense), rtol=1e-6, atol=1e-6)
+
+
+def test_row_blocks_accumulate_without_scipys_kernel(monkeypatch):
+    """`RowBlocks.accumulate` adds SciPy's product when its in-place kernel is missing (another
+    SciPy) or the matrix's indices are 64-bit."""
+    import gpseq.training.chain_objective as chain_objective
+
+    matrix = sp.random(30, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    dense = np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32)
+    wide = matrix.copy()
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int32)
+    for name, kernel, rows in (("no kernel", None, matrix), ("64-bit indices", chain_objective._MATVECS, wide)):
+        monkeypatch.setattr(chain_objective, "_MATVECS", kernel)
+        out = np.ones((30, 3), np.float32)
+        chain_objective.RowBlocks(rows).accumulate(dense, out)
+        np.testing.assert_allclose(out, 1 + matrix @ dense, rtol=1e-6, err_msg=name)
 
 
 def test_sentence_blocks_featurise_the_corpus_as_a_whole_transform_does():

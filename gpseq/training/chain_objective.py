@@ -43,6 +43,10 @@ PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand
 CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
 MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
 _POOL: list = []
+try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y)
+    from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
+except ImportError:  # a SciPy that moved it: `RowBlocks.accumulate` adds a new product instead
+    _MATVECS = None
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -73,11 +77,31 @@ class RowBlocks:
             low, high, rows = block
             out[low:high] = rows @ dense
 
+        self._map(run)
+        return out
+
+    def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
+        """out += self @ dense, in place: no product-sized array is allocated (a gradient's is
+        [D, V], 70 MB for CoNLL-2000 POS tagging, which the allocator maps and unmaps afresh at each
+        call: a third of an evaluation's time went to page faults). `out`: C-contiguous, [rows, k]."""
+        dense = np.ascontiguousarray(dense, out.dtype)
+        fast = _MATVECS is not None and out.flags.c_contiguous and out.dtype == self.dtype
+
+        def run(block):
+            low, high, rows = block
+            if fast and rows.indices.dtype == rows.indptr.dtype:
+                _MATVECS(high - low, rows.shape[1], dense.shape[1], rows.indptr, rows.indices, rows.data,
+                         dense.reshape(-1), out[low:high].reshape(-1))
+            else:
+                out[low:high] += rows @ dense
+
+        self._map(run)
+
+    def _map(self, run) -> None:
         if len(self.blocks) == 1:
             run(self.blocks[0])
         else:
             list(_threads().map(run, self.blocks))
-        return out
 
 
 def _row_view(matrix, low: int, high: int):
@@ -186,9 +210,9 @@ class ChainChunk:
             arrays["partial_rows"] = time_major_row[corpus_token[partial_layout.order]]  # [N_p] rows of `rows`
         return cls(arrays, V)
 
-    def value_and_grad(self, b, weights, pairwise, support):
-        """(−log-likelihood, ∂/∂b [V], ∂/∂w on `support` [P], ∂/∂P [V, V]) of this chunk at
-        `weights [D, V]` (dense, `dtype`), float64."""
+    def value_and_grad(self, b, weights, pairwise, grad_w):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂P [V, V]) of this chunk at `weights [D, V]` (dense,
+        `dtype`), float64; its ∂/∂W is added to `grad_w [D, V]` (`dtype`)."""
         unary = self.rows @ weights + b.astype(self.dtype)
         p = np.asarray(pairwise, self.dtype)
         marg, pair_sum, log_z = self.layout.forward_backward(unary, p)
@@ -204,17 +228,18 @@ class ChainChunk:
             resid[self.partial_rows] -= observed_marg
             target_pair_sum = self.transitions + observed_pair_sum
         del unary
-        g_w = (self.rows_t @ resid).ravel()[support]
-        return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64), g_w.astype(np.float64),
+        self.rows_t.accumulate(resid, grad_w)
+        return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64),
                 pair_sum.astype(np.float64) - target_pair_sum)
 
-    def fisher(self, b, weights, pairwise, support):
-        """The chunk's Fisher diagonals of (b [V], w on `support` [P], P [V, V]), float64."""
+    def fisher(self, b, weights, pairwise, fisher_w):
+        """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's is added to
+        `fisher_w [D, V]` (`dtype`)."""
         marg, pair_sum, _ = self.layout.forward_backward(self.rows @ weights + b.astype(self.dtype),
                                                          np.asarray(pairwise, self.dtype))
         curvature = marg * (1.0 - marg)
-        f_w = (self.rows_squared_t @ curvature).ravel()[support]
-        return curvature.sum(0, dtype=np.float64), f_w.astype(np.float64), pair_sum.astype(np.float64)
+        self.rows_squared_t.accumulate(curvature, fisher_w)
+        return curvature.sum(0, dtype=np.float64), pair_sum.astype(np.float64)
 
 
 class SpilledChunk:
@@ -243,7 +268,8 @@ def _parts(data) -> list:
 
 
 class NumpyChainObjective:
-    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64), summed over chunks of at
+    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64 but W's gradient and Fisher,
+    accumulated over the chunks in one `dtype` array `[D, V]`), summed over chunks of at
     most `chunk_tokens` tokens of consecutive sentences (`ChainChunk`, tokens in time-major order
     within each): the forward–backward's token-by-label arrays (ten or so of `[N, V]` at once)
     exist for one chunk at a time; the sums are the same up to float64 rounding. `data`: a
@@ -288,6 +314,7 @@ class NumpyChainObjective:
             raise ValueError("the corpus objective needs at least one labelled token")
         self.support = np.unique(np.concatenate(pairs))
         self._dense = np.zeros(self.num_features * V, dtype)
+        self._sums = None  # [D, V] `dtype`: W's gradient or Fisher, summed over the chunks (`_summed`)
 
     def extended(self, data) -> "NumpyChainObjective":
         """The objective of this corpus and `data`'s sentences (SequenceData or parts): this one's
@@ -301,6 +328,7 @@ class NumpyChainObjective:
         both.support = np.union1d(self.support, more.support)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
         both._dense, more._dense = self._dense, None  # one [D, V] scratch array for the weights
+        both._sums = more._sums = None  # and one for the sums, made at the first evaluation
         return both
 
     def _spill_directory(self) -> Path:
@@ -329,11 +357,18 @@ class NumpyChainObjective:
         return self._dense.reshape(self.num_features, self.num_labels)
 
     def _summed(self, method: str, b, w_support, p) -> tuple:
+        """The chunks' `method` summed, W's part (accumulated in one [D, V] array) on the support
+        third: (value,) ∂/∂b or F_b, W's on the support, ∂/∂P or F_P."""
         weights, total = self._weights(w_support), None
+        if self._sums is None:
+            self._sums = np.zeros_like(weights)
+        else:
+            self._sums.fill(0)
         for chunk in self.chunks:  # summed as they come: one chunk's arrays alive at a time
-            part = getattr(chunk, method)(b, weights, p, self.support)
+            part = getattr(chunk, method)(b, weights, p, self._sums)
             total = list(part) if total is None else [a + c for a, c in zip(total, part)]
-        return tuple(total)
+        on_support = self._sums.reshape(-1)[self.support].astype(np.float64)
+        return (*total[:-1], on_support, total[-1])
 
     def value_and_grad(self, b, w_support, p):
         """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]), float64."""

@@ -49,10 +49,13 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
 
     BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
-    OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores)."""
+    OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores); and freed
+    large arrays are kept for the next evaluation (`gpseq.training.allocator`)."""
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1, user_api="blas"):
+    from gpseq.training.allocator import arrays_reused
+
+    with threadpool_limits(1, user_api="blas"), arrays_reused():
         return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
 
 

@@ -1,0 +1,57 @@
+"""Large arrays reused, not re-mapped, while the NumPy training runs (glibc's allocator).
+
+The default training evaluates its objective hundreds of times, and each evaluation allocates and
+frees the same arrays: token-by-label ones of a chunk ([65,536, V]: 11 MB at V = 44) and the
+weights' gradient ([D, V]). glibc serves an allocation above its mmap threshold (at most 32 MiB,
+adjusted upwards as large blocks are freed) with a fresh mapping, and returns freed memory at the
+top of the heap once it exceeds its trim threshold; the next evaluation then page-faults the same
+memory in again, zero-filled by the kernel. On CoNLL-2000 POS tagging (V = 44) that was a third of
+an evaluation's time (311 ms → 218 ms per evaluation with the thresholds below, same values; no
+change at V = 22, whose arrays stay under the thresholds).
+
+`arrays_reused()` raises both thresholds for the duration of a training, then hands the freed
+memory back (`malloc_trim`) and sets glibc's initial values again (128 KiB; glibc's dynamic
+adjustment stays off once a threshold has been set, as after any `mallopt` call). Peak memory is
+unchanged: freed blocks are reused, not added to. Elsewhere (another C library, another
+platform) it does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit systems
+TRIM_THRESHOLD = 1 << 30
+GLIBC_INITIAL = 128 << 10  # both thresholds' values when a process starts
+
+
+def _glibc():
+    """The process's C library when it is glibc (it has `gnu_get_libc_version`), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # musl and others have no such symbol
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def arrays_reused():
+    """Within: freed large arrays stay in the process for the next allocation (module docstring)."""
+    libc = _glibc()
+    if libc is None:
+        yield
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    try:
+        yield
+    finally:
+        libc.mallopt(M_TRIM_THRESHOLD, GLIBC_INITIAL)
+        libc.mallopt(M_MMAP_THRESHOLD, GLIBC_INITIAL)
+        libc.malloc_trim(0)
