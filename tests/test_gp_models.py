@@ -186,6 +186,38 @@ def test_bernoulli_expectations_equal_brute_force_quadrature():
         np.testing.assert_allclose(precise, expected, rtol=1e-10)
 
 
+def test_probit_expectation_gradients_equal_brute_force_quadrature():
+    """The probit expectations' closed-form gradient against SciPy quadrature of independent formulas:
+    ∂/∂μ E[log Φ(s f)] = E[s r(s f)] and ∂/∂v = ½ E[∂²/∂f² log Φ(s f)] = −½ E[r (s f + r)], r = φ/Φ
+    (Price's theorem), incl. a point in the lower tail's series (μ = −60, y = 1) and P = 2 columns."""
+    from scipy.stats import norm
+
+    mean = np.array([[-2.0, 0.4], [0.3, -1.0], [1.5, 3.0], [-60.0, 0.0]])
+    var = np.array([[0.5, 0.2], [2.0, 1.0], [0.1, 4.0], [0.3, 1e-3]])
+    Y = np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    F_mean, F_var = tf.constant(mean), tf.constant(var)
+    upstream = tf.constant([1.0, -0.5, 2.0, 0.25], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch([F_mean, F_var])
+        value = Bernoulli("probit", num_gauss_hermite=60).variational_expectations(F_mean, F_var, Y)
+        total = tf.reduce_sum(upstream * value)
+    d_mean, d_var = (g.numpy() for g in tape.gradient(total, [F_mean, F_var]))
+
+    def expect(g, m, v):
+        width = 12.0 * np.sqrt(v)
+        return integrate.quad(lambda f: g(f) * norm.pdf(f, m, np.sqrt(v)), m - width, m + width, epsabs=0, limit=200)[0]
+
+    expected = np.zeros(len(mean))
+    for n, p in np.ndindex(mean.shape):
+        s, m, v = 2.0 * Y[n, p] - 1.0, mean[n, p], var[n, p]
+        expected[n] += expect(lambda f: log_ndtr(s * f), m, v)
+        ratio = lambda f: np.exp(norm.logpdf(s * f) - log_ndtr(s * f))  # noqa: E731
+        np.testing.assert_allclose(d_mean[n, p], upstream[n] * expect(lambda f: s * ratio(f), m, v), rtol=1e-8)
+        np.testing.assert_allclose(d_var[n, p], upstream[n] * expect(lambda f: -0.5 * ratio(f) * (s * f + ratio(f)), m, v),
+                                   rtol=1e-7)
+    np.testing.assert_allclose(value.numpy(), expected, rtol=1e-10)
+
+
 def test_log_normal_cdf_matches_scipy_over_the_whole_line():
     """log Φ and its derivative φ/Φ against SciPy, from far in the lower tail (series) to where log Φ
     is −Φ(−x) ≈ −1e-268 (log1p); no infinities or NaNs anywhere."""

@@ -118,3 +118,28 @@ def test_parameters_are_trainable_and_constrained():
     with tf.GradientTape() as tape:
         kl = q.kl()
     assert all(g is not None for g in tape.gradient(kl, q.trainable_variables))
+
+
+@pytest.mark.parametrize("M", [1, 2, 5, 9])
+def test_full_scale_equals_the_tfp_bijector_with_its_gradient(M, tmp_path):
+    """`parameters()`'s q_sqrt (one gather, own gradient) equals TFP's FillScaleTriL(Softplus) forward
+    of the same stored variable, and its gradient equals autodiff through the bijector; a checkpoint of
+    q(u) (the stored layout unchanged) restores into a new q(u) with the same parameters."""
+    import tensorflow_probability as tfp
+
+    q = VariationalGaussian(M, 3, num_components=2)
+    raw = q.q_sqrt.pretransformed_input
+    raw.assign(np.random.default_rng(M).normal(size=raw.shape))
+    bijector = tfp.bijectors.FillScaleTriL(diag_bijector=tfp.bijectors.Softplus(), diag_shift=None)
+    weights = tf.constant(np.random.default_rng(M + 1).normal(size=(2, 3, M, M)))
+    with tf.GradientTape(persistent=True) as tape:
+        ours, theirs = q.parameters()[1], bijector.forward(raw)
+        ours_loss, their_loss = tf.reduce_sum(weights * ours**2), tf.reduce_sum(weights * theirs**2)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-15, atol=0)
+    assert np.all(np.triu(ours.numpy(), 1) == 0.0)
+    np.testing.assert_allclose(tape.gradient(ours_loss, raw), tape.gradient(their_loss, raw), rtol=1e-12, atol=1e-14)
+    path = tf.train.Checkpoint(q=q).write(str(tmp_path / "q"))
+    restored = VariationalGaussian(M, 3, num_components=2)
+    tf.train.Checkpoint(q=restored).read(path).assert_consumed()
+    for a, b in zip(restored.parameters(), q.parameters()):
+        np.testing.assert_array_equal(a, b)

@@ -19,35 +19,63 @@ _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 _TAIL = -20.0  # below this, log Φ by its asymptotic series (erfc underflows below about −37)
 
 
+def _log_normal_cdf_and_ratio(x):
+    """(log Φ(x), φ(x)/Φ(x)) elementwise, accurate over the whole real line, with one erfc, one log
+    and one exp per element (log1p has no vectorised kernel: it cost more than the rest together).
+
+    Φ(−|x|) = erfc(|x|/√2)/2 = t is accurate relative to itself, so log Φ(x) = log t for x < 0 and
+    log1p(−t) for x ≥ 0, here log(1 − t) · t / (1 − (1 − t)) (Goldberg's log1p from log; −t when 1 − t
+    rounds to 1); φ/Φ = exp(log φ − log Φ). Below x = −20 (erfc underflows below about −37) the
+    asymptotic series Φ(x) = φ(x)/(−x) · (1 − x⁻² + 3x⁻⁴ − 15x⁻⁶ + …) replaces both, under one
+    tf.cond that runs only when some element is there.
+    """
+    tail_mass = 0.5 * tf.math.erfc(tf.abs(x) * np.sqrt(0.5))  # t = Φ(−|x|)
+    below = x < 0.0
+    upper_mass = 1.0 - tail_mass
+    logs = tf.math.log(tf.where(below, tail_mass, upper_mass))
+    rounding = 1.0 - upper_mass  # t as 1 − t rounded it; 0 when 1 − t == 1
+    log_cdf = tf.where(below, logs, tf.where(rounding > 0.0, logs * (tail_mass / rounding), -tail_mass))
+    ratio = tf.exp(-0.5 * x * x - _LOG_SQRT_2PI - log_cdf)
+    in_tail = x < _TAIL
+
+    def tail():
+        clipped = tf.minimum(x, _TAIL)
+        inv_sq = 1.0 / (clipped * clipped)
+        tail_ratio = -clipped / (1.0 - inv_sq * (1.0 - inv_sq * (3.0 - 15.0 * inv_sq)))  # −x / series
+        return (tf.where(in_tail, -0.5 * clipped * clipped - _LOG_SQRT_2PI - tf.math.log(tail_ratio), log_cdf),
+                tf.where(in_tail, tail_ratio, ratio))
+
+    return tf.cond(tf.reduce_any(in_tail), tail, lambda: (log_cdf, ratio))
+
+
 @tf.custom_gradient
 def log_normal_cdf(x):
-    """log Φ(x) elementwise, accurate over the whole real line, with one erfc per element.
-
-    Φ(−|x|) = erfc(|x|/√2)/2 is accurate relative to itself, so log Φ(x) = log Φ(−|x|) for x < 0 and
-    log1p(−Φ(−|x|)) for x ≥ 0; below x = −20 the series Φ(x) = φ(x)/(−x) · (1 − x⁻² + 3x⁻⁴ − 15x⁻⁶ + …)
-    (evaluated only when some element is there). The gradient is φ(x)/Φ(x) = exp(log φ(x) − log Φ(x))
-    (−x / series in the tail): no autodiff through the branches.
-    """
-    tail_mass = 0.5 * tf.math.erfc(tf.abs(x) * np.sqrt(0.5))  # Φ(−|x|)
-    y = tf.where(x < 0.0, tf.math.log(tail_mass), tf.math.log1p(-tail_mass))
-    in_tail = x < _TAIL
-    any_tail = tf.reduce_any(in_tail)
-    y = tf.cond(any_tail, lambda: tf.where(in_tail, _lower_tail(x)[0], y), lambda: y)
-
-    def grad(upstream):
-        ratio = tf.exp(-0.5 * x**2 - _LOG_SQRT_2PI - y)  # φ(x)/Φ(x)
-        ratio = tf.cond(any_tail, lambda: tf.where(in_tail, _lower_tail(x)[1], ratio), lambda: ratio)
-        return upstream * ratio
-
-    return y, grad
+    """log Φ(x) elementwise (`_log_normal_cdf_and_ratio`); the gradient is φ(x)/Φ(x), no autodiff
+    through the branches."""
+    log_cdf, ratio = _log_normal_cdf_and_ratio(x)
+    return log_cdf, lambda upstream: upstream * ratio
 
 
-def _lower_tail(x):
-    """(log Φ(x), φ(x)/Φ(x)) by the asymptotic series at min(x, −20)."""
-    x = tf.minimum(x, _TAIL)
-    inv_sq = 1.0 / x**2
-    series = 1.0 - inv_sq * (1.0 - inv_sq * (3.0 - 15.0 * inv_sq))
-    return -0.5 * x**2 - tf.math.log(-x) - _LOG_SQRT_2PI + tf.math.log(series), -x / series
+def _probit_expectations(nodes, weights):
+    """`(F_mean [N, P], F_var [N, P], sign [N, P]) → [N]`: Σ_p ∫ N(f; μ, v) log Φ(sign · f) df by
+    Gauss–Hermite (`nodes`, `weights` for ∫ N(x; 0, 1) g(x) dx), with its gradient in closed form:
+    ∂/∂μ = sign · E[φ/Φ], ∂/∂v = sign · E[φ/Φ · x] / (2√v) at the nodes (x the standard node)."""
+
+    @tf.custom_gradient
+    def expectations(F_mean, F_var, sign):
+        std = tf.sqrt(F_var)
+        z = sign[..., None] * (F_mean[..., None] + std[..., None] * nodes)  # [N, P, Q]
+        log_cdf, ratio = _log_normal_cdf_and_ratio(z)
+
+        def grad(upstream):
+            weighted = ratio * weights  # [N, P, Q]
+            scaled = upstream[:, None] * sign
+            return (scaled * tf.reduce_sum(weighted, -1),
+                    scaled * tf.reduce_sum(weighted * nodes, -1) * (0.5 / std), None)
+
+        return tf.reduce_sum(tf.reduce_sum(log_cdf * weights, -1), -1), grad
+
+    return expectations
 
 
 class Gaussian(tf.Module):
@@ -93,6 +121,7 @@ class Bernoulli(tf.Module):
         nodes, weights = np.polynomial.hermite.hermgauss(num_gauss_hermite)
         self._nodes = tf.constant(np.sqrt(2.0) * nodes, dtype)  # for ∫ N(x; 0, 1) g(x) dx
         self._weights = tf.constant(weights / np.sqrt(np.pi), dtype)
+        self._probit_expectations = _probit_expectations(self._nodes, self._weights)
 
     def log_prob(self, F, Y):
         """log p(y | f) elementwise (stable: `log_normal_cdf`, log σ via softplus)."""
@@ -108,6 +137,12 @@ class Bernoulli(tf.Module):
 
     def variational_expectations(self, F_mean, F_var, Y):  # → [N]
         Y = tf.cast(Y, F_mean.dtype)
+        if self.link == "probit":  # one function with a closed-form gradient (the step's hot path)
+            F_mean, F_var = tf.convert_to_tensor(F_mean), tf.convert_to_tensor(F_var)
+            sign = 2.0 * Y - 1.0
+            if sign.shape != F_mean.shape:
+                sign = tf.broadcast_to(sign, tf.shape(F_mean))
+            return self._probit_expectations(F_mean, F_var, sign)
         return tf.reduce_sum(self._quadrature(lambda f: self.log_prob(f, Y[..., None]), F_mean, F_var), -1)
 
     def predict_y(self, F_mean, F_var):

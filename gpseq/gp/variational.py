@@ -18,6 +18,37 @@ tfd = tfp.distributions
 tfb = tfp.bijectors
 
 
+def _fill_scale_tril(num_inducing: int):
+    """`raw [..., M(M+1)/2] → [..., M, M]`: TFP's `FillScaleTriL(Softplus)` forward (same values from
+    the same stored vector, so q_sqrt's variable and checkpoints are unchanged), with its gradient as
+    one gather (∂/∂raw = ∂/∂L at the entry's position, × sigmoid(raw) on the diagonal) instead of the
+    gradients of the bijector chain's slice, reverse, concat, band part and diagonal ops."""
+    M = num_inducing
+    n = M * (M + 1) // 2
+    # fill_triangular's layout: the lower triangle of concat(x[M:], reverse(x)) reshaped to [M, M]
+    layout = np.concatenate([np.arange(M, n), np.arange(n)[::-1]]).reshape(M, M)
+    lower = np.tril(np.ones((M, M), bool))
+    diagonal = np.diag(layout).copy()  # [M]: the raw entries on L's diagonal
+    # [n]: each raw entry's source in concat(∂L flattened [M·M], ∂L's diagonal × sigmoid [M])
+    source = np.empty(n, np.int64)
+    source[layout[lower]] = np.flatnonzero(lower)
+    source[diagonal] = M * M + np.arange(M)
+
+    @tf.custom_gradient
+    def fill(raw):
+        raw_diagonal = tf.gather(raw, diagonal, axis=-1)
+        scale = tf.linalg.set_diag(tfp.math.fill_triangular(raw), tf.math.softplus(raw_diagonal))
+
+        def grad(upstream):
+            flat = tf.reshape(upstream, tf.concat([tf.shape(raw)[:-1], [M * M]], 0))
+            on_diagonal = tf.linalg.diag_part(upstream) * tf.math.sigmoid(raw_diagonal)
+            return tf.gather(tf.concat([flat, on_diagonal], -1), source, axis=-1)
+
+        return scale, grad
+
+    return fill
+
+
 class VariationalGaussian(tf.Module):
     """Mixture-of-Gaussians q(u) with its KL to the GP prior (exact for K = 1, Jensen bound for K > 1)."""
 
@@ -48,6 +79,7 @@ class VariationalGaussian(tf.Module):
             init = initial_scale * np.broadcast_to(np.eye(M), (K, P, M, M))
             bijector = tfb.FillScaleTriL(diag_bijector=tfb.Softplus(), diag_shift=None)
             self.q_sqrt = tfp.util.TransformedVariable(tf.constant(init, dtype), bijector, name="q_sqrt")
+            self._fill_scale = _fill_scale_tril(M)
         else:
             self.q_sqrt = tfp.util.TransformedVariable(
                 tf.fill([K, M, P], tf.constant(initial_scale, dtype)), tfb.Softplus(), name="q_sqrt"
@@ -75,7 +107,10 @@ class VariationalGaussian(tf.Module):
         return tfd.MultivariateNormalTriL(loc=tf.zeros([M], self.dtype), scale_tril=Kzz_cholesky)
 
     def parameters(self):
-        """(q_mu `[K, M, P]`, q_sqrt `[K, P, M, M]` or `[K, M, P]`) as tensors (the bijector run once)."""
+        """(q_mu `[K, M, P]`, q_sqrt `[K, P, M, M]` or `[K, M, P]`) as tensors (the bijector run once;
+        full: by `_fill_scale_tril`, the bijector's values with a cheaper gradient)."""
+        if self.full_cov:
+            return tf.convert_to_tensor(self.q_mu), self._fill_scale(self.q_sqrt.pretransformed_input)
         return tf.convert_to_tensor(self.q_mu), tf.convert_to_tensor(self.q_sqrt)
 
     def kl(self, Kzz_cholesky=None, parameters=None):
@@ -83,7 +118,7 @@ class VariationalGaussian(tf.Module):
         `parameters` = `self.parameters()` when the caller already has them.
 
         K = 1: exact, in closed form per latent (L = Kzz_cholesky, I when whitened):
-            ½ (‖L⁻¹ L_S‖²_F + ‖L⁻¹ m‖² − M) + Σ log diag L − Σ log |diag L_S|.
+            ½ (‖L⁻¹ L_S‖²_F + ‖L⁻¹ m‖² − M) + Σ log diag L − Σ log diag L_S.
         K > 1: the Jensen upper bound of the seed supplement,
             KL ≤ Σ_k π_k CE(q_k, p) + Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l),
         (exact cross-entropy, entropy bounded below by Jensen), which keeps the ELBO a lower bound.
@@ -112,7 +147,7 @@ class VariationalGaussian(tf.Module):
             trace = tf.reduce_sum(scaled**2)
             mahalanobis = tf.reduce_sum(tf.linalg.triangular_solve(L, q_mu, lower=True) ** 2)
             prior_log_det = P * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L)))
-        log_det = tf.reduce_sum(tf.math.log(tf.abs(scale_diag)))
+        log_det = tf.reduce_sum(tf.math.log(scale_diag))  # both bijectors give a positive diagonal
         return 0.5 * (trace + mahalanobis - M * P) + prior_log_det - log_det
 
     def entropy_lower_bound(self):
