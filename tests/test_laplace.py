@@ -605,3 +605,35 @@ def test_calibration_reports_each_dev_sentence_nll_at_the_fitted_temperature():
     expected = -np.log(marg[np.arange(one.n_tokens), one.label_ids]).sum()
     assert fitted["dev_sentence_nll"][3] == pytest.approx(expected, rel=1e-9)
     assert alone["dev_sentence_nll"].shape == (1,)
+
+
+def test_chunks_evaluated_two_at_a_time_give_the_serial_sums_exactly(monkeypatch):
+    """`NumpyChainObjective` evaluates two chunks at once (`CHUNK_THREADS`) and adds their W parts
+    in chunk order: the value, gradient and Fisher are bit for bit those of one chunk at a time
+    (float32, where a different order of the sums would show), which match the one-chunk
+    objective in float64; a chunk that fails raises instead of leaving the next one waiting."""
+    import gpseq.training.chain_objective as chain_objective
+
+    sentences, _, labels, data_of = _sample_problem()
+    data, V = data_of(sentences), len(labels)
+    rng = np.random.default_rng(3)
+    many = NumpyChainObjective(data, V, chunk_tokens=60)
+    assert len(many.chunks) >= 8
+    b, p = rng.normal(size=V), rng.normal(size=(V, V))
+    w = rng.normal(size=len(many.support)).astype(np.float32)
+    results = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(chain_objective, "CHUNK_THREADS", threads)
+        results[threads] = many.value_and_grad(b, w, p) + many.fisher(b, w, p)
+    for serial, threaded in zip(results[1], results[2]):
+        np.testing.assert_array_equal(serial, threaded)
+    whole = NumpyChainObjective(data, V, dtype="float64")
+    for mine, reference in zip(results[2], whole.value_and_grad(b, w, p) + whole.fisher(b, w, p)):
+        np.testing.assert_allclose(mine, reference, rtol=1e-4, atol=1e-3)
+
+    def broken(*args):
+        raise RuntimeError("chunk failed")
+
+    monkeypatch.setattr(many.chunks[3], "value_and_grad", broken)
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        many.value_and_grad(b, w, p)

@@ -29,6 +29,7 @@ on this 2-core machine), which was removed.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,7 +43,9 @@ from gpseq.training.batching import UNLABELLED_ID, SequenceData
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
 MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
+CHUNK_THREADS = 2  # chunks of the objective evaluated at once (`NumpyChainObjective._summed`)
 _POOL: list = []
+_CHUNK_POOL: list = []
 try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y)
     from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
 except ImportError:  # a SciPy that moved it: `RowBlocks.accumulate` adds a new product instead
@@ -102,6 +105,13 @@ class RowBlocks:
             run(self.blocks[0])
         else:
             list(_threads().map(run, self.blocks))
+
+
+def _chunk_threads() -> ThreadPoolExecutor:
+    """The workers of `NumpyChainObjective._summed` (apart from `_threads`: a chunk's products use those)."""
+    if not _CHUNK_POOL:
+        _CHUNK_POOL.append(ThreadPoolExecutor(max_workers=CHUNK_THREADS, thread_name_prefix="gpseq-chunk"))
+    return _CHUNK_POOL[0]
 
 
 def _row_view(matrix, low: int, high: int):
@@ -210,9 +220,10 @@ class ChainChunk:
             arrays["partial_rows"] = time_major_row[corpus_token[partial_layout.order]]  # [N_p] rows of `rows`
         return cls(arrays, V)
 
-    def value_and_grad(self, b, weights, pairwise, grad_w):
+    def value_and_grad(self, b, weights, pairwise, add):
         """(−log-likelihood, ∂/∂b [V], ∂/∂P [V, V]) of this chunk at `weights [D, V]` (dense,
-        `dtype`), float64; its ∂/∂W is added to `grad_w [D, V]` (`dtype`)."""
+        `dtype`), float64; its ∂/∂W = Xᵀ R goes to `add(Xᵀ, R)` (`NumpyChainObjective._summed`'s
+        [D, V] sum)."""
         unary = self.rows @ weights + b.astype(self.dtype)
         p = np.asarray(pairwise, self.dtype)
         marg, pair_sum, log_z = self.layout.forward_backward(unary, p)
@@ -228,17 +239,17 @@ class ChainChunk:
             resid[self.partial_rows] -= observed_marg
             target_pair_sum = self.transitions + observed_pair_sum
         del unary
-        self.rows_t.accumulate(resid, grad_w)
+        add(self.rows_t, resid)
         return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64),
                 pair_sum.astype(np.float64) - target_pair_sum)
 
-    def fisher(self, b, weights, pairwise, fisher_w):
-        """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's is added to
-        `fisher_w [D, V]` (`dtype`)."""
+    def fisher(self, b, weights, pairwise, add):
+        """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's, (X∘X)ᵀ C, goes to
+        `add((X∘X)ᵀ, C)`."""
         marg, pair_sum, _ = self.layout.forward_backward(self.rows @ weights + b.astype(self.dtype),
                                                          np.asarray(pairwise, self.dtype))
         curvature = marg * (1.0 - marg)
-        self.rows_squared_t.accumulate(curvature, fisher_w)
+        add(self.rows_squared_t, curvature)
         return curvature.sum(0, dtype=np.float64), pair_sum.astype(np.float64)
 
 
@@ -272,7 +283,10 @@ class NumpyChainObjective:
     accumulated over the chunks in one `dtype` array `[D, V]`), summed over chunks of at
     most `chunk_tokens` tokens of consecutive sentences (`ChainChunk`, tokens in time-major order
     within each): the forward–backward's token-by-label arrays (ten or so of `[N, V]` at once)
-    exist for one chunk at a time; the sums are the same up to float64 rounding. `data`: a
+    exist for one chunk at a time per core used (`CHUNK_THREADS`: two chunks' forward–backward
+    run at once, their matrix products release the GIL; W's sums are added in chunk order, so
+    the result does not depend on which finishes first); the sums are the same up to float64
+    rounding. `data`: a
     SequenceData or an iterable of them (the parts of one corpus, e.g. train and dev, or blocks
     featurised one at a time), partially labelled or not (`UNLABELLED_ID`).
 
@@ -364,10 +378,25 @@ class NumpyChainObjective:
             self._sums = np.zeros_like(weights)
         else:
             self._sums.fill(0)
-        for chunk in self.chunks:  # summed as they come: one chunk's arrays alive at a time
-            part = getattr(chunk, method)(b, weights, p, self._sums)
+        sums, turns = self._sums, [threading.Event() for _ in self.chunks]
+
+        def run(number, chunk):
+            def add(blocks, dense):  # chunk `number`'s W part, after chunk number − 1's
+                if number:
+                    turns[number - 1].wait()
+                blocks.accumulate(dense, sums)
+
+            try:
+                return getattr(chunk, method)(b, weights, p, add)
+            finally:
+                turns[number].set()  # also when it failed: the next one is not kept waiting
+
+        threads = min(CHUNK_THREADS, os.cpu_count() or 1, len(self.chunks))
+        parts = _chunk_threads().map(run, range(len(self.chunks)), self.chunks) if threads > 1 else \
+            map(run, range(len(self.chunks)), self.chunks)
+        for part in parts:  # in chunk order
             total = list(part) if total is None else [a + c for a, c in zip(total, part)]
-        on_support = self._sums.reshape(-1)[self.support].astype(np.float64)
+        on_support = sums.reshape(-1)[self.support].astype(np.float64)
         return (*total[:-1], on_support, total[-1])
 
     def value_and_grad(self, b, w_support, p):
