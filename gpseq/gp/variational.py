@@ -110,7 +110,10 @@ class VariationalGaussian(tf.Module):
         """(q_mu `[K, M, P]`, q_sqrt `[K, P, M, M]` or `[K, M, P]`) as tensors (the bijector run once;
         full: by `_fill_scale_tril`, the bijector's values with a cheaper gradient)."""
         if self.full_cov:
-            return tf.convert_to_tensor(self.q_mu), self._fill_scale(self.q_sqrt.pretransformed_input)
+            # the variable read outside the custom gradient: a function that reads a variable needs a
+            # `variables` gradient (eager, e.g. under a MirroredStrategy); a tensor's flows back the same
+            return tf.convert_to_tensor(self.q_mu), self._fill_scale(
+                tf.convert_to_tensor(self.q_sqrt.pretransformed_input))
         return tf.convert_to_tensor(self.q_mu), tf.convert_to_tensor(self.q_sqrt)
 
     def kl(self, Kzz_cholesky=None, parameters=None):
