@@ -10,10 +10,13 @@ an evaluation's time (311 ms → 218 ms per evaluation with the thresholds below
 change at V = 22, whose arrays stay under the thresholds).
 
 `arrays_reused()` raises both thresholds for the duration of a training, then hands the freed
-memory back (`malloc_trim`) and sets glibc's initial values again (128 KiB; glibc's dynamic
-adjustment stays off once a threshold has been set, as after any `mallopt` call). Peak memory is
-unchanged: freed blocks are reused, not added to. Elsewhere (another C library, another
-platform) it does nothing.
+memory back (`malloc_trim`) and leaves the mmap threshold at 32 MiB with a trim threshold of
+twice that: the state glibc's own dynamic adjustment reaches once a process has freed a 32 MiB
+block (any NumPy-heavy process does), which it can no longer reach by itself — its adjustment
+stays off once a threshold has been set, as after any `mallopt` call — whereas glibc's initial
+128 KiB, fixed, would map and fault in every array above 128 KiB the process allocates after
+training (tagging's, say). Peak memory is unchanged: freed blocks are reused, not added to.
+Elsewhere (another C library, another platform) it does nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit systems
 TRIM_THRESHOLD = 1 << 30
-GLIBC_INITIAL = 128 << 10  # both thresholds' values when a process starts
+AFTER_TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # glibc's dynamic rule: trim = 2 × the mmap threshold
 
 
 def _glibc():
@@ -52,6 +55,5 @@ def arrays_reused():
     try:
         yield
     finally:
-        libc.mallopt(M_TRIM_THRESHOLD, GLIBC_INITIAL)
-        libc.mallopt(M_MMAP_THRESHOLD, GLIBC_INITIAL)
+        libc.mallopt(M_TRIM_THRESHOLD, AFTER_TRIM_THRESHOLD)
         libc.malloc_trim(0)
