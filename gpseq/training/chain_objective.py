@@ -342,7 +342,7 @@ class NumpyChainObjective:
         both.support = np.union1d(self.support, more.support)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
         both._dense, more._dense = self._dense, None  # one [D, V] scratch array for the weights
-        both._sums = more._sums = None  # and one for the sums, made at the first evaluation
+        both._sums, more._sums = self._sums, None  # and one for the sums (made at the first evaluation)
         return both
 
     def _spill_directory(self) -> Path:
