@@ -35,6 +35,8 @@ def test_default_factor_is_dense_where_the_closed_form_step_applies():
     assert GPNet(RBF(), Gaussian(), X, num_data=80, num_features=10, full_cov=False).weight_factor == "lower"
     with pytest.raises(ConfigError):
         _net(X, "upper")
+    with pytest.raises(ConfigError, match="full_cov"):  # asked for, not silently replaced
+        _net(X, "dense", full_cov=False)
 
 
 def test_dense_and_lower_factor_training_give_the_same_model():

@@ -130,6 +130,8 @@ class GPNet(tf.Module):
             raise ConfigError(f"spread must be one of {', '.join(SPREADS)}, got {spread!r}")
         if weight_factor not in WEIGHT_FACTORS:
             raise ConfigError(f"weight_factor must be one of {', '.join(WEIGHT_FACTORS)}, got {weight_factor!r}")
+        if weight_factor == "dense" and not full_cov:
+            raise ConfigError("weight_factor 'dense' needs full_cov=True (a diagonal covariance has no factor)")
         if projection_ridge < 0.0:
             raise ConfigError(f"projection_ridge must be >= 0, got {projection_ridge}")
         if not 0.0 < beta0 <= 1.0 or beta_decay < 0.0 or not 0.0 < beta_power <= 1.0:
@@ -158,7 +160,7 @@ class GPNet(tf.Module):
         self.full_cov, self.residual_hidden = full_cov, int(residual_hidden)
         if weight_factor == "auto":  # dense where the closed-form step will update it (gpnet_training.project)
             weight_factor = "dense" if full_cov and isinstance(likelihood, Gaussian) else "lower"
-        self.weight_factor = weight_factor if full_cov else "lower"
+        self.weight_factor = weight_factor if full_cov else "lower"  # (diagonal: its standard deviations)
         self.beta0, self.beta_decay, self.beta_power = float(beta0), float(beta_decay), float(beta_power)
         self.learn_hyperparameters, self.jitter = learn_hyperparameters, float(jitter)
         self.projection_ridge = float(projection_ridge)
