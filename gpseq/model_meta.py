@@ -94,6 +94,11 @@ def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
                 f"{meta_path}: {V:,} labels and {D:,} features, but the array {name} has shape "
                 f"{shapes.get(name)} (expected {shape}): labels or num_features do not match the arrays"
             )
+    if model.unary == "gpnet" and "var:gpnet/q/q_mu" in shapes \
+            and shapes["var:gpnet/q/q_mu"] != [1, model.num_random_features, V]:
+        raise ModelFormatError(
+            f"{meta_path}: {V:,} labels and num_random_features {model.num_random_features}, but the array "
+            f"var:gpnet/q/q_mu has shape {shapes['var:gpnet/q/q_mu']}")
     if model.has_inducing:
         if shapes.get("inducing_inputs/shape") != [2] or shapes.get("inducing_inputs/indptr") is None:
             raise ModelFormatError(f"{meta_path}: the model's inducing inputs are missing from 'arrays'")

@@ -23,6 +23,14 @@ from gpseq.gp.kernels import RBF, Linear, positive
 FEATURE_KINDS = ("rbf", "linear")
 
 
+def fourier_features(projection, amplitude):
+    """φ = σ √(2/F) [cos(p), sin(p)] `[..., F]` from the projections p = Ωᵀx/ℓ `[..., F/2]` and the
+    amplitude σ (the map of `RandomFeatures`, shared by the tagger's sparse-input version,
+    `gpseq.structured.gpnet_unaries`)."""
+    scale = amplitude * np.sqrt(2.0 / (2 * projection.shape[-1]))
+    return scale * tf.concat([tf.cos(projection), tf.sin(projection)], -1)
+
+
 class RandomFeatures(tf.Module):
     """φ: `[..., N, D]` → `[..., N, F]` with φ(x)ᵀφ(x') ≈ (rbf) or = (linear) the kernel."""
 
@@ -82,8 +90,7 @@ class RandomFeatures(tf.Module):
         if self.kind == "linear":
             return amplitude * X
         projection = tf.linalg.matmul(X / tf.convert_to_tensor(self.lengthscales), self.frequencies)  # [..., N, F/2]
-        scale = amplitude * np.sqrt(2.0 / self.num_features)
-        return scale * tf.concat([tf.cos(projection), tf.sin(projection)], -1)
+        return fourier_features(projection, amplitude)
 
     def K(self, X, Y=None):
         """The kernel the features define, φ(X) φ(Y)ᵀ → `[..., N, M]`."""

@@ -11,6 +11,7 @@ from gpseq.structured.likelihoods import check_estimator, likelihood_by_name
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")
+UNARIES = ("shallow", "deep", "gpnet")
 
 
 @dataclass
@@ -38,12 +39,15 @@ class ModelConfig:
     # sentence's unaries are correlated only through q(u) and q(w); per-token marginals are the same
     initial_weight_variance: float = 1e-4  # initial s of q(w) (small: start near the MAP)
     jitter: float = 1e-6
-    unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py)
+    unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py);
+    # "gpnet": the RBF part as random Fourier features with a Gaussian weight posterior per label, no
+    # inducing points (gpseq/structured/gpnet_unaries.py)
     hidden_dims: int = 8  # Q, hidden width of the deep unaries
+    num_random_features: int = 200  # F (even) of the gpnet unaries; q(w) covariance as full_covariance
 
     def validate(self) -> None:
         for name, value, allowed in (
-            ("unary", self.unary, ("shallow", "deep")),
+            ("unary", self.unary, UNARIES),
             ("kernel", self.kernel, KERNELS),
             ("estimator", self.estimator, ESTIMATORS),
             ("rbf_conditional", self.rbf_conditional, ("full", "diag")),
@@ -53,6 +57,15 @@ class ModelConfig:
         check_estimator(likelihood_by_name(self.likelihood), self.estimator)  # imports a plug-in's module
         if self.num_components < 1:
             raise ConfigError(f"num_components must be >= 1, got {self.num_components}")
+        if self.unary == "gpnet":  # replaces the RBF GP: needs a kernel with one, and has no mixture q(u)
+            if self.kernel not in ("linear+rbf", "paper-rbf"):
+                raise ConfigError(f"gpnet unaries replace the RBF GP: choose kernel 'linear+rbf' or 'paper-rbf', "
+                                  f"not {self.kernel!r}")
+            if self.num_components != 1:
+                raise ConfigError("gpnet unaries have a single Gaussian weight posterior (num_components = 1)")
+            if self.num_random_features < 2 or self.num_random_features % 2:
+                raise ConfigError(f"num_random_features must be even and >= 2 (cos/sin pairs), "
+                                  f"got {self.num_random_features}")
 
     @property
     def has_weight_space(self) -> bool:
@@ -60,7 +73,7 @@ class ModelConfig:
 
     @property
     def has_inducing(self) -> bool:
-        return self.kernel != "linear"
+        return self.kernel != "linear" and self.unary != "gpnet"  # gpnet: random features instead
 
     def to_dict(self) -> dict:
         return asdict(self)

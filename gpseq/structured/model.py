@@ -157,7 +157,7 @@ def build_structured_gp(config: ModelConfig, num_features: int, num_labels: int,
     """
     config.validate()
     V = num_labels
-    linear = sparse = deep = None
+    linear = sparse = deep = gpnet = None
     if config.has_weight_space:
         linear = WeightSpaceLinear(num_features, V, prior_variance=config.prior_variance,
                                    learn_prior_variance=config.learn_prior_variance,
@@ -179,6 +179,11 @@ def build_structured_gp(config: ModelConfig, num_features: int, num_labels: int,
                            rbf_variance=config.rbf_variance, rbf_lengthscale=config.rbf_lengthscale,
                            full_cov=config.full_covariance, conditional=config.rbf_conditional,
                            jitter=config.jitter, dtype=dtype)
+    elif config.unary == "gpnet":  # random-feature RBF part instead of the inducing-point GP (validated)
+        from gpseq.structured.gpnet_unaries import GPNetUnaries
+
+        gpnet = GPNetUnaries(V, num_features=config.num_random_features, variance=config.rbf_variance,
+                             lengthscale=config.rbf_lengthscale, full_cov=config.full_covariance, dtype=dtype)
     elif config.has_inducing:
         if config.kernel == "paper-linear":
             kernel = Linear(variance=config.linear_variance, dtype=dtype)
@@ -187,7 +192,7 @@ def build_structured_gp(config: ModelConfig, num_features: int, num_labels: int,
         sparse = SparseGPUnaries(kernel, inducing_inputs, V, full_cov=config.full_covariance, whiten=config.whiten,
                                  num_components=config.num_components, conditional=config.rbf_conditional,
                                  jitter=config.jitter, dtype=dtype)
-    unaries = Unaries(num_features, V, linear=linear, sparse=sparse, deep=deep, dtype=dtype)
+    unaries = Unaries(num_features, V, linear=linear, sparse=sparse, deep=deep, gpnet=gpnet, dtype=dtype)
     pairwise = GaussianPairwise(V, prior_variance=config.pairwise_prior_variance,
                                 initial_variance=config.initial_weight_variance, dtype=dtype)
     return StructuredGP(unaries, pairwise, likelihood or likelihood_by_name(config.likelihood),

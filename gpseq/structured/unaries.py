@@ -2,7 +2,8 @@
 potentials (seed `graybox-structured-gp.md` §3–4).
 
 Unary potentials, one latent function per label j:
-    f_j(x) = b_j + w_jᵀx + g_j(x)  (+ a deep GP, `gpseq.structured.deep_unaries`)
+    f_j(x) = b_j + w_jᵀx + g_j(x)  (+ a deep GP, `gpseq.structured.deep_unaries`; g_j as random features,
+    `gpseq.structured.gpnet_unaries`)
 with the linear part in weight space (`gpseq.gp.WeightSpaceLinear`: the linear-kernel GP without an
 inducing approximation; DESIGN "The expressiveness trap") and g_j a sparse GP (`SparseGPUnaries`)
 with K-means inducing inputs Z and q(u) a mixture of K Gaussians (seed eq. 13). Each sequence's
@@ -130,14 +131,15 @@ class SparseGPUnaries(tf.Module):
 
 class Unaries(tf.Module):
     """f_j(x) = b_j + w_jᵀx + g_j(x) (+ deep GP): the label bias `[V]` and any of a weight-space
-    `linear` part, a `sparse` inducing-point GP and `deep` unaries, whose posteriors are independent."""
+    `linear` part, a `sparse` inducing-point GP, `deep` unaries and `gpnet` random-feature unaries
+    (`GPNetUnaries`), whose posteriors are independent."""
 
-    def __init__(self, num_features: int, num_labels: int, *, linear=None, sparse=None, deep=None,
+    def __init__(self, num_features: int, num_labels: int, *, linear=None, sparse=None, deep=None, gpnet=None,
                  dtype=tf.float32):
         super().__init__(name="unaries")
         self.num_features, self.num_labels, self.dtype = num_features, num_labels, dtype
         self.label_bias = tf.Variable(tf.zeros([num_labels], dtype), name="label_bias")
-        self.linear, self.sparse, self.deep = linear, sparse, deep
+        self.linear, self.sparse, self.deep, self.gpnet = linear, sparse, deep, gpnet
 
     @property
     def num_components(self) -> int:
@@ -168,6 +170,8 @@ class Unaries(tf.Module):
             kl += self.sparse.q.kl(None if self.sparse.whiten else self.sparse.kzz_cholesky())
         if self.deep is not None:
             kl += self.deep.kl()
+        if self.gpnet is not None:
+            kl += self.gpnet.kl()
         return kl
 
     def _local_rows(self, batch) -> PaddedRows:
@@ -182,11 +186,14 @@ class Unaries(tf.Module):
             mean += self.sparse.mean(batch)
         if self.deep is not None:
             mean += self.deep.mean(batch)
+        if self.gpnet is not None:
+            mean += self.gpnet.mean(batch)
         return mean
 
     def moments(self, batch):
         """Mean and marginal variance of each unary potential, `[B, T, V]` each (linear part
-        Σ_f x_f² s_f; sparse part diag K̃ + diag A S Aᵀ; deep unaries contribute their mean only)."""
+        Σ_f x_f² s_f; sparse part diag K̃ + diag A S Aᵀ; gpnet part φᵀ V_j φ; deep unaries contribute
+        their mean only)."""
         mean = self.label_bias + tf.zeros_like(batch["values"][..., :1])
         variance = tf.zeros_like(mean)
         if self.linear is not None:
@@ -197,6 +204,9 @@ class Unaries(tf.Module):
             mean, variance = mean + sparse_mean, variance + sparse_variance
         if self.deep is not None:
             mean += self.deep.mean(batch)
+        if self.gpnet is not None:
+            gpnet_mean, gpnet_variance = self.gpnet.moments(batch)
+            mean, variance = mean + gpnet_mean, variance + gpnet_variance
         return mean, variance
 
     def sample(self, batch, num_samples: int, seed):
@@ -204,6 +214,7 @@ class Unaries(tf.Module):
 
         Linear part: the U weights the batch touches drawn from q(w) (an exact joint sample over
         the batch at O(U · V) per draw). Sparse part: u ~ q_k(u) per mixture component (`sample`).
+        GPNet part: the random-feature weights w ~ q(w), shared by the batch (`GPNetUnaries.sample`).
         """
         seeds = tfp.random.split_seed(seed, 3)
         K, S = self.num_components, num_samples
@@ -224,6 +235,8 @@ class Unaries(tf.Module):
             f += self.sparse.sample(batch, S, seeds[1])
         if self.deep is not None:
             f += self.deep.sample(batch, S, seeds[2])[None]  # [1, S, B, T, V]
+        if self.gpnet is not None:
+            f += self.gpnet.sample(batch, S, seeds[1])  # [1, S, B, T, V] (it replaces the sparse GP)
         return f
 
     def gaussian_blocks(self, batch):
@@ -231,7 +244,8 @@ class Unaries(tf.Module):
         b `[K, B, T, V]` and per-label T × T covariances Σ `[K, B, V, T, T]` (seed Theorem 3,
         eqs. 15–16, 18), the exact marginals of `sample`'s joint draws. Linear part: mean X_n μ_j,
         covariance X_n diag(s_j) X_nᵀ (tokens sharing a feature are correlated); padded tokens get
-        mean 0 and an identity block. Deep unaries have no Gaussian marginal (ConfigError)."""
+        mean 0 and an identity block. GPNet part: mean Φ_n m_j, covariance Φ_n V_j Φ_nᵀ. Deep unaries
+        have no Gaussian marginal (ConfigError)."""
         if self.deep is not None:
             raise ConfigError("deep unaries have no Gaussian marginal q(f_n): they need the pathwise estimator")
         B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
@@ -247,6 +261,9 @@ class Unaries(tf.Module):
         if self.sparse is not None:
             sparse_mean, sparse_cov = self.sparse.gaussian_blocks(batch)
             mean, cov = mean + sparse_mean, cov + sparse_cov
+        if self.gpnet is not None:
+            gpnet_mean, gpnet_cov = self.gpnet.gaussian_blocks(batch)
+            mean, cov = mean + gpnet_mean, cov + gpnet_cov
         mask = tf.sequence_mask(batch["lengths"], T, dtype=self.dtype)  # [B, T]
         outer = mask[:, None, :, None] * mask[:, None, None, :]  # [B, 1, T, T]
         return mean * mask[..., None], cov * outer + tf.linalg.diag(1.0 - mask)[:, None]

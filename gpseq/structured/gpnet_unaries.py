@@ -1,0 +1,133 @@
+"""GPNet unaries for the tagger (`ModelConfig.unary = "gpnet"`): the RBF part of the unaries as a
+random-feature inference network (seed `inference-networks-gp.md`, "Examples of inference
+networks") instead of the sparse inducing-point GP:
+
+    g_j(x) = φ(x)ᵀ w_j,   w_j ~ q(w_j) = N(m_j, L_j L_jᵀ),   p(w_j) = N(0, I),   j = 1…V,
+
+φ the random Fourier features of the RBF kernel σ² exp(−‖x − x'‖² / (2ℓ²)) over the token's sparse
+feature vector x (`gpseq.gp.random_features.fourier_features`; the F features are shared by the
+labels, each label has its own Gaussian weight posterior, full or diagonal covariance). Under the
+prior, g_j ~ GP(0, φ(x)ᵀφ(x')), the random-feature approximation of the RBF GP; the KL of q(w) to
+N(0, I) in weight space is exactly the KL of the posterior process to that GP prior (the map
+w ↦ g is the same for both), so no inducing points or measurement points are needed.
+
+**Frequencies of a sparse input.** φ needs Ωᵀx for the D × F/2 Gaussian matrix Ω. Stored, Ω is
+D·F/2 floats (36 MB in float32 for D = 90k, F = 200; 150 MB for the 384k features of all CoNLL-2000),
+and it would be saved with every tagger. Here Ω is never stored: its entries are a fixed function
+of (seed, feature id, column) — a counter-based integer hash (`hashed_normal`: lowbias32 mixing,
+Box–Muller) — and a batch regenerates the rows of the U features it touches, then sums them
+weighted by the feature values (a gather-and-sum, `gather_sum`), O(U · F) per batch.
+
+**Training: the plain reparameterised ELBO, not functional mirror descent.** GPNet's mirror-descent
+step (seed Algorithm 1) works in function space at sampled measurement points because the KL
+between a general network's process and the GP prior has no closed form. This network is a
+Gaussian over F weights with prior N(0, I): the ELBO's KL is closed form (`VariationalGaussian.kl`,
+whitened), and the structured chain likelihood has no conjugate target step; the seed's surrogate
+L_t with β_t = 1 is the ELBO itself (the proximity term has zero gradient at the current network).
+So q(w), σ² and ℓ are trained with the rest of the tagger (weight-space linear part, pairwise
+potentials) by the SVI trainer's Monte Carlo ELBO (`StructuredGP.elbo`), pathwise through joint
+draws w ~ q(w) shared by the batch, or by score functions with `gaussian_blocks`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from gpseq.errors import ConfigError
+from gpseq.gp.kernels import RBF
+from gpseq.gp.random_features import fourier_features
+from gpseq.gp.variational import VariationalGaussian
+from gpseq.gp.weight_space import gather_sum
+
+_UINT = tf.uint32
+
+
+def _mix32(x):
+    """lowbias32 (C. Wellons' 32-bit integer hash): a bijection of uint32 with good avalanche."""
+    for shift, factor in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(shift, _UINT)))
+        x = x * tf.constant(factor, _UINT)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, _UINT)))
+
+
+def hashed_normal(ids, num_columns: int, seed: int = 0, dtype=tf.float32):
+    """Standard normals Ω[d, c] for the rows `ids [U]` (non-negative ints) and columns c < `num_columns`
+    → `[U, num_columns]`: the same value for the same (seed, d, c) on every call, independent across
+    entries (up to the hash's quality), so a D × C Gaussian matrix is read row by row without being
+    stored. Two 24-bit uniforms per entry from the hash of (seed, d, 2c) and (seed, d, 2c + 1),
+    Box–Muller."""
+    ids = tf.cast(tf.convert_to_tensor(ids), _UINT)
+    row = _mix32(_mix32(ids) + _mix32(tf.constant(seed % 2**32, _UINT) + tf.constant(0x9E3779B9, _UINT)))
+    counters = _mix32(tf.cast(tf.range(2 * num_columns), _UINT) * tf.constant(0x85EBCA6B, _UINT))
+    bits = _mix32(tf.bitwise.bitwise_xor(row[:, None], counters))  # [U, 2C]
+    uniform = (tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, _UINT)), dtype) + 0.5) * (2.0**-24)  # (0, 1)
+    u1, u2 = uniform[:, :num_columns], uniform[:, num_columns:]
+    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * np.pi * u2)
+
+
+class GPNetUnaries(tf.Module):
+    """Random-feature RBF unaries g `[.., B, T, V]` over padded sparse token features (module docstring).
+
+    `num_features` F (even): random Fourier features, F/2 frequencies per input feature; `variance`,
+    `lengthscale`: the RBF kernel's starting σ², ℓ (learned); `full_cov`: q(w_j) full (Cholesky
+    `[V, F, F]`) or diagonal; `seed`: the frequencies' seed (fixed: Ω is regenerated, not saved).
+    """
+
+    def __init__(self, num_labels: int, *, num_features: int = 200, variance: float = 1.0,
+                 lengthscale: float = 4.0, full_cov: bool = True, seed: int = 0, dtype=tf.float32):
+        super().__init__(name="gpnet_unaries")
+        if num_features < 2 or num_features % 2:
+            raise ConfigError(f"random Fourier features come in cos/sin pairs: num_features must be even "
+                              f"and >= 2, got {num_features}")
+        self.num_features, self.num_labels, self.seed, self.dtype = int(num_features), num_labels, int(seed), dtype
+        self.kernel = RBF(variance=variance, lengthscales=lengthscale, dtype=dtype)  # σ², ℓ of φ
+        self.q = VariationalGaussian(self.num_features, num_labels, full_cov=full_cov, whiten=True, dtype=dtype,
+                                     name="weights")  # q(w) starts at the prior N(0, I)
+
+    def frequencies(self, feature_ids):
+        """Ω's rows of the features `feature_ids [U]` → `[U, F/2]` (`hashed_normal`)."""
+        return hashed_normal(feature_ids, self.num_features // 2, self.seed, self.dtype)
+
+    def features(self, batch):
+        """φ(x) of the batch's tokens `[B, T, F]`: Ωᵀx / ℓ by gather-and-sum over each token's features."""
+        omega = self.frequencies(batch["feature_ids"])  # [U, F/2]
+        projection = gather_sum(omega, batch["indices"], batch["values"])  # [B, T, F/2]
+        projection /= tf.convert_to_tensor(self.kernel.lengthscales)
+        return fourier_features(projection, tf.sqrt(tf.convert_to_tensor(self.kernel.variance)))
+
+    def kl(self):
+        """KL(q(w) ‖ N(0, I)) → scalar (= the KL to the random-feature GP prior)."""
+        return self.q.kl()
+
+    def mean(self, batch):
+        """E_q[g] = φ(x)ᵀ m_j `[B, T, V]`."""
+        return tf.einsum("btf,fv->btv", self.features(batch), self.q.q_mu[0])
+
+    def moments(self, batch):
+        """Mean and marginal variance φᵀ L_j L_jᵀ φ of g `[B, T, V]` each."""
+        phi = self.features(batch)
+        mean = tf.einsum("btf,fv->btv", phi, self.q.q_mu[0])
+        scale = tf.convert_to_tensor(self.q.q_sqrt)[0]
+        if self.q.full_cov:  # [V, F, F]
+            variance = tf.reduce_sum(tf.einsum("btf,vfg->btvg", phi, scale) ** 2, -1)
+        else:  # [F, V]
+            variance = tf.einsum("btf,fv->btv", phi**2, scale**2)
+        return mean, variance
+
+    def sample(self, batch, num_samples: int, seed):
+        """Joint draws `[1, S, B, T, V]`: w ~ q(w) once per draw, shared by every token of the batch
+        (exact: given w the random-feature GP has no residual)."""
+        return tf.einsum("btf,ksfv->ksbtv", self.features(batch), self.q.sample_u(num_samples, seed))
+
+    def gaussian_blocks(self, batch):
+        """q(g_n) per sequence: mean `[1, B, T, V]` and covariance Φ_n L_j L_jᵀ Φ_nᵀ `[1, B, V, T, T]`."""
+        phi = self.features(batch)
+        mean = tf.einsum("btf,fv->btv", phi, self.q.q_mu[0])[None]
+        scale = tf.convert_to_tensor(self.q.q_sqrt)[0]
+        if self.q.full_cov:
+            projected = tf.einsum("btf,vfg->bvtg", phi, scale)
+            cov = tf.linalg.matmul(projected, projected, transpose_b=True)
+        else:
+            cov = tf.einsum("btf,fv,bsf->bvts", phi, scale**2, phi)
+        return mean, cov[None]
