@@ -16,9 +16,16 @@
    RBF GP) and with "paper-rbf" (no linear part: the deep GP / the RBF GP alone; keys with suffix
    `_paper_rbf`), M = 32 K-means inducing inputs, the first `--tagger-train` training sentences (default
    2000), the first `--tagger-test` test sentences (default 500), 3 epochs of batch 32, Adam 0.02, no
-   early stopping, 16 predictive samples; chunk F1, token NLL, ECE, training time.
+   early stopping, 16 predictive samples; chunk F1, token NLL, ECE, token accuracy, training time.
+   `--tagger-unaries` picks the unaries compared (default shallow,deep); "gpnet" =
+   `ModelConfig(unary="gpnet", num_random_features=--gpnet-features)`: the RBF part as random
+   Fourier features with a Gaussian weight posterior per label (diagonal; full with
+   `--gpnet-full-covariance`) instead of the inducing-point GP; its keys are `gpnet` for the default
+   F = 2000, `gpnet<F>` (and `gpnet<F>_full`) otherwise. `--tagger-seed` sets the training seed.
 
     python benchmarks/deep_gp.py [--quick] [--json PATH] [--steps N] [--tagger]
+        [--tagger-kernels linear+rbf,paper-rbf] [--tagger-unaries shallow,deep,gpnet] [--gpnet-features 2000]
+        [--gpnet-full-covariance] [--tagger-seed 0]
 """
 
 from __future__ import annotations
@@ -185,7 +192,7 @@ def _quantise_png(path, colours=64):
 
 
 def tagger_section(args) -> dict:
-    """Deep vs shallow unaries on a CoNLL-2000 subset (same features, data, schedule)."""
+    """Deep / GPNet vs shallow unaries on a CoNLL-2000 subset (same features, data, schedule)."""
     from gpseq.corpora import read_conll
     from gpseq.features import get_preset
     from gpseq.structured.model import ModelConfig
@@ -200,22 +207,28 @@ def tagger_section(args) -> dict:
     out = {}
     for kernel in args.tagger_kernels.split(","):
         suffix = "" if kernel == "linear+rbf" else "_" + kernel.replace("-", "_").replace("+", "_")
-        for unary in ("shallow", "deep"):
+        for unary in args.tagger_unaries.split(","):
             config = TaggerConfig(
                 features=get_preset("chunking"),
-                model=ModelConfig(kernel=kernel, num_inducing=32, unary=unary, hidden_dims=8),
-                training=TrainingConfig(epochs=3, batch_size=32, learning_rate=0.02, early_stopping="none", seed=0),
+                model=ModelConfig(kernel=kernel, num_inducing=32, unary=unary, hidden_dims=8,
+                                  num_random_features=args.gpnet_features,
+                                  gpnet_full_covariance=args.gpnet_full_covariance),
+                training=TrainingConfig(epochs=3, batch_size=32, learning_rate=0.02, early_stopping="none",
+                                        seed=args.tagger_seed),
                 predict_samples=16,
             )
             start = time.perf_counter()
             tagger = Tagger.train(train, config)
             secs = time.perf_counter() - start
             report = tagger.evaluate(test).to_dict()
+            name = unary
+            if unary == "gpnet" and (args.gpnet_features != ModelConfig.num_random_features or args.gpnet_full_covariance):
+                name = f"gpnet{args.gpnet_features}" + ("_full" if args.gpnet_full_covariance else "")
             for key in ("chunk_f1", "token_nll", "ece", "token_accuracy"):
-                out[f"conll_{key}_{unary}{suffix}"] = float(report[key])
-            out[f"conll_train_s_{unary}{suffix}"] = secs
-            print(f"  {kernel:10s} {unary:7s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
-                  f"ECE {report['ece']:.4f}  train {secs:.1f} s", flush=True)
+                out[f"conll_{key}_{name}{suffix}"] = float(report[key])
+            out[f"conll_train_s_{name}{suffix}"] = secs
+            print(f"  {kernel:10s} {name:10s} chunk F1 {report['chunk_f1']:.4f}  token NLL {report['token_nll']:.4f}  "
+                  f"ECE {report['ece']:.4f}  accuracy {report['token_accuracy']:.4f}  train {secs:.1f} s", flush=True)
     return out
 
 
@@ -231,7 +244,14 @@ def main() -> None:
     parser.add_argument("--methods", default="dsvi,nested,gpflux",
                         help="comma-separated: dsvi, nested, gpflux, gpflux_init (GPflux with gpseq's hidden init)")
     parser.add_argument("--tagger-kernels", default="linear+rbf,paper-rbf",
-                        help="comma-separated ModelConfig kernels to compare deep vs shallow with")
+                        help="comma-separated ModelConfig kernels to compare the unaries with")
+    parser.add_argument("--tagger-unaries", default="shallow,deep",
+                        help="comma-separated ModelConfig unaries to compare: shallow, deep, gpnet")
+    parser.add_argument("--gpnet-features", type=int, default=2000,
+                        help="num_random_features F of the gpnet unaries")
+    parser.add_argument("--gpnet-full-covariance", action="store_true",
+                        help="a full q(w) covariance for the gpnet unaries (default diagonal)")
+    parser.add_argument("--tagger-seed", type=int, default=0, help="training seed of --tagger")
     parser.add_argument("--step-only", action="store_true", help="skip the diabetes set")
     parser.add_argument("--plot-suffix", default="", help="suffix of the step-function PNG name")
     parser.add_argument("--skip-regression", action="store_true", help="only the --tagger section")

@@ -43,7 +43,9 @@ class ModelConfig:
     # "gpnet": the RBF part as random Fourier features with a Gaussian weight posterior per label, no
     # inducing points (gpseq/structured/gpnet_unaries.py)
     hidden_dims: int = 8  # Q, hidden width of the deep unaries
-    num_random_features: int = 200  # F (even) of the gpnet unaries; q(w) covariance as full_covariance
+    num_random_features: int = 2000  # F (even) of the gpnet unaries
+    gpnet_full_covariance: bool = False  # q(w) of the gpnet unaries: full [V, F, F] or diagonal (measured
+    # better: Adam on the F(F+1)/2 free entries per label fits worse, benchmarks/RESULTS.md)
 
     def validate(self) -> None:
         for name, value, allowed in (

@@ -18,6 +18,13 @@ of (seed, feature id, column) — a counter-based integer hash (`hashed_normal`:
 Box–Muller) — and a batch regenerates the rows of the U features it touches, then sums them
 weighted by the feature values (a gather-and-sum, `gather_sum`), O(U · F) per batch.
 
+**Weight posterior.** Diagonal by default (`ModelConfig.gpnet_full_covariance = False`), started
+near the MAP like the weight-space linear part (scale √`initial_weight_variance`): on the
+CoNLL-2000 subset of `benchmarks/deep_gp.py --tagger` (kernel paper-rbf, F = 200) a full Cholesky
+factor trained by Adam reached chunk F1 0.36 where the diagonal one reached 0.70 — Adam moves each
+of the F(F+1)/2 entries per label by about the learning rate whatever its noisy gradient, which
+inflates the off-diagonal variance (benchmarks/RESULTS.md, "GPNet unaries").
+
 **Training: the plain reparameterised ELBO, not functional mirror descent.** GPNet's mirror-descent
 step (seed Algorithm 1) works in function space at sampled measurement points because the KL
 between a general network's process and the GP prior has no closed form. This network is a
@@ -71,11 +78,13 @@ class GPNetUnaries(tf.Module):
 
     `num_features` F (even): random Fourier features, F/2 frequencies per input feature; `variance`,
     `lengthscale`: the RBF kernel's starting σ², ℓ (learned); `full_cov`: q(w_j) full (Cholesky
-    `[V, F, F]`) or diagonal; `seed`: the frequencies' seed (fixed: Ω is regenerated, not saved).
+    `[V, F, F]`) or diagonal `[F, V]`, starting at N(0, `initial_scale`² I); `seed`: the frequencies'
+    seed (fixed: Ω is regenerated, not saved).
     """
 
     def __init__(self, num_labels: int, *, num_features: int = 200, variance: float = 1.0,
-                 lengthscale: float = 4.0, full_cov: bool = True, seed: int = 0, dtype=tf.float32):
+                 lengthscale: float = 4.0, full_cov: bool = True, initial_scale: float = 1.0, seed: int = 0,
+                 dtype=tf.float32):
         super().__init__(name="gpnet_unaries")
         if num_features < 2 or num_features % 2:
             raise ConfigError(f"random Fourier features come in cos/sin pairs: num_features must be even "
@@ -83,7 +92,7 @@ class GPNetUnaries(tf.Module):
         self.num_features, self.num_labels, self.seed, self.dtype = int(num_features), num_labels, int(seed), dtype
         self.kernel = RBF(variance=variance, lengthscales=lengthscale, dtype=dtype)  # σ², ℓ of φ
         self.q = VariationalGaussian(self.num_features, num_labels, full_cov=full_cov, whiten=True, dtype=dtype,
-                                     name="weights")  # q(w) starts at the prior N(0, I)
+                                     initial_scale=initial_scale, name="weights")
 
     def frequencies(self, feature_ids):
         """Ω's rows of the features `feature_ids [U]` → `[U, F/2]` (`hashed_normal`)."""

@@ -183,7 +183,8 @@ def build_structured_gp(config: ModelConfig, num_features: int, num_labels: int,
         from gpseq.structured.gpnet_unaries import GPNetUnaries
 
         gpnet = GPNetUnaries(V, num_features=config.num_random_features, variance=config.rbf_variance,
-                             lengthscale=config.rbf_lengthscale, full_cov=config.full_covariance, dtype=dtype)
+                             lengthscale=config.rbf_lengthscale, full_cov=config.gpnet_full_covariance,
+                             initial_scale=float(np.sqrt(config.initial_weight_variance)), dtype=dtype)
     elif config.has_inducing:
         if config.kernel == "paper-linear":
             kernel = Linear(variance=config.linear_variance, dtype=dtype)
