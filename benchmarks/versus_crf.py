@@ -116,7 +116,7 @@ TRAINER_PARAMS = {"c1": 0.1, "c2": 0.1, "max_iterations": 100, "feature.possible
 DEV_FRACTION, DEV_SEED = 0.1, 0
 REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
             "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "tag_tokens_per_s",
-            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature")
+            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature", "prior")
 SMALL_PRESETS = {"basenp": "chunking", "chunking": "chunking", "segmentation": "segmentation", "japanesene": "ner"}
 QUICK_CONLL_TRAIN, QUICK_TEST = 500, 300
 
@@ -281,7 +281,12 @@ def run_systems(train_file: Path, read_options: dict, train, test, features: str
     model_dir = workdir / f"{tag}.gpseq"
     print(f"  gpseq train ({len(train)} sentences) …", flush=True)
     state = {"gpseq": {**train_gpseq(train_file, features, extras, model_dir), "model_dir": model_dir}}
-    feature_config = load_tagger(model_dir).config.features.to_dict()
+    trained = load_tagger(model_dir)
+    feature_config = trained.config.features.to_dict()
+    chosen = trained.scores or {}  # what the default training chose: prior (σ²/λ/σ²_P) and T
+    state["gpseq"]["temperature"] = (chosen.get("calibration") or {}).get("temperature")
+    state["gpseq"]["prior"] = "/".join(f"{chosen[key]:g}" for key in ("prior_variance", "l1", "pairwise_prior_variance")
+                                       if key in chosen)
     print(f"    {state['gpseq']['train_s']:.1f} s; CRFsuite …", flush=True)
     state["crfsuite"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf", tempered=False)
     print(f"    {state['crfsuite']['train_s']:.1f} s; CRFsuite + T …", flush=True)
@@ -296,7 +301,7 @@ def test_all(state: dict, test) -> dict:
     for system in ("crfsuite", "crfsuite_t"):
         metrics[system] = test_crf(state[system], test)
     for system in SYSTEMS:
-        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature"):
+        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature", "prior"):
             if state[system].get(key) is not None:
                 metrics[system][key] = state[system][key]
         metrics[system]["score"] = score_of(metrics[system])
@@ -439,6 +444,7 @@ ROWS = (  # (metric, label, format)
     ("peak_rss_mb", "peak RSS MB (training)", lambda v: f"{v:,.0f}"),
     ("model_mb", "model MB", lambda v: f"{v:.2f}"),
     ("temperature", "temperature T", lambda v: f"{v:.3f}"),
+    ("prior", "prior σ²/λ/σ²_P chosen", str),
 )
 
 

@@ -67,7 +67,7 @@ WARM_ITERATION_SHARE = 3  # a warm-started round runs max_iterations // this man
 
 def warm_config(config, previous):
     """The training configuration of a warm-started round: the previous tagger's chosen prior
-    (σ², l1) instead of a search over the grid, no dev split, cross-fitting or calibration (the
+    (σ², l1, σ²_P) instead of a search over the grid, no dev split, cross-fitting or calibration (the
     previous tagger's calibration is kept: `calibration_arrays`), and a third of the iteration
     budget, all on every training sentence."""
     import dataclasses
@@ -81,6 +81,9 @@ def warm_config(config, previous):
                    max_iterations=max(1, budget // WARM_ITERATION_SHARE), max_steps=None)
     if "l1_grid" in training.__dataclass_fields__:
         changes["l1_grid"] = [float(l1)]
+    if "pairwise_variance_grid" in training.__dataclass_fields__:
+        changes["pairwise_variance_grid"] = [float(scores.get("pairwise_prior_variance",
+                                                             config.model.pairwise_prior_variance))]
     return dataclasses.replace(config, training=dataclasses.replace(training, **changes))
 
 

@@ -402,11 +402,12 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
 
     config = TaggerConfig()
     config.training.prior_variance_grid, config.training.l1_grid = [4.0], [0.3]
+    config.training.pairwise_variance_grid = [config.model.pairwise_prior_variance]
     config.training.max_iterations = 60
     train, dev = data_of(sentences[:40]), data_of(sentences[40:])
     _, scores = train_laplace(config, featurizer, len(labels), train, dev)
     assert scores["cross_fit_folds"] == config.training.cross_fit_folds == 3
-    reported = scores["dev_token_nll_by_prior"]["4/0.3"]
+    reported = scores["dev_token_nll_by_prior"]["4/0.3/1"]
     alpha, temperature = scores["calibration"]["variance_scale"], scores["calibration"]["temperature"]
 
     combined = concatenate(train, dev)
@@ -444,28 +445,32 @@ def test_the_l1_path_ends_at_the_first_strength_not_significantly_better(crossfi
 
     config = TaggerConfig()
     config.training.prior_variance_grid, config.training.l1_grid = [4.0, 16.0], [0.3, 30.0, 0.1]
+    config.training.pairwise_variance_grid = [1.0]
     config.training.max_iterations = 30
     config.training.cross_fit_tokens = 10**6 if crossfit else 0
     _, scores = train_laplace(config, featurizer, len(labels), data_of(sentences[:40]), data_of(sentences[40:]))
     assert ("cross_fit_folds" in scores) == crossfit
     nll = scores["dev_token_nll_by_prior"]
-    assert list(nll) == ["4/0.3", "4/30", "16/0.3"]
-    assert nll["4/30"] > nll["4/0.3"]
+    assert list(nll) == ["4/0.3/1", "4/30/1", "16/0.3/1"]
+    assert nll["4/30/1"] > nll["4/0.3/1"]
     assert f"{scores['prior_variance']:g}/{scores['l1']:g}" in ("4/0.3", "16/0.3")
 
 
 def test_choose_prior_walks_the_l1_path_then_the_variances_at_the_chosen_strength():
     """`choose_prior` on a hand-made ranking (per-sentence NLLs, so the one-standard-error rule is
     computed by hand): λ = 1 → 0.1 is better by far more than its standard error, 0.01 only by noise
-    (the path ends, 0 is not fitted); at λ = 0.1, σ² = 4 is better, σ² = 1 is not (the walk ends).
-    Each fit is warm-started from the previous fit on the L1 path and from the choice so far on the
-    σ² walk; the first fit gets the whole budget (number 0)."""
+    (the path ends, 0 is not fitted); at λ = 0.1, σ² = 4 is better, σ² = 1 is not (the walk ends);
+    at (4, 0.1) the pairwise prior variance 16 is lower by 0.002 a sentence, far less than a
+    standard error, and replaces 1 all the same (no margin on this walk); 64 is higher. Each fit is warm-started from
+    the previous fit on the L1 path and from the choice so far on the σ² and σ²_P walks; the first
+    fit gets the whole budget (number 0)."""
     from gpseq.training.prior_path import choose_prior
 
     base = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     noise = np.array([0.01, -0.01, 0.02, -0.02, 0.01, -0.015])
-    sentence_nll = {(16.0, 1.0): base + 0.5, (16.0, 0.1): base, (16.0, 0.01): base + noise,
-                    (4.0, 0.1): base - 0.3 + noise, (1.0, 0.1): base - 0.3 - noise}
+    sentence_nll = {(16.0, 1.0, 1.0): base + 0.5, (16.0, 0.1, 1.0): base, (16.0, 0.01, 1.0): base + noise,
+                    (4.0, 0.1, 1.0): base - 0.3 + noise, (1.0, 0.1, 1.0): base - 0.3 - noise,
+                    (4.0, 0.1, 16.0): base - 0.302 + noise, (4.0, 0.1, 64.0): base - 0.297 + noise}
     calls = []
 
     def fit_at(number, prior, warm):
@@ -476,12 +481,16 @@ def test_choose_prior_walks_the_l1_path_then_the_variances_at_the_chosen_strengt
         nll = sentence_nll[prior]
         return {"dev_sentence_nll": nll, "dev_tokens": 60, "dev_token_nll": nll.sum() / 60}
 
-    choice, candidates = choose_prior(fit_at, rank, [16.0, 4.0, 1.0], [1.0, 0.1, 0.01, 0.0], warm="init")
-    assert choice.prior == choice.fit == (4.0, 0.1)
-    assert list(candidates) == [(16.0, 1.0), (16.0, 0.1), (16.0, 0.01), (4.0, 0.1), (1.0, 0.1)]
-    assert calls == [(0, (16.0, 1.0), "init"), (1, (16.0, 0.1), (16.0, 1.0)), (2, (16.0, 0.01), (16.0, 0.1)),
-                     (3, (4.0, 0.1), (16.0, 0.1)), (4, (1.0, 0.1), (4.0, 0.1))]
-    assert candidates[(4.0, 0.1)] == pytest.approx((base - 0.3 + noise).sum() / 60)
+    choice, candidates = choose_prior(fit_at, rank, [16.0, 4.0, 1.0], [1.0, 0.1, 0.01, 0.0], [1.0, 16.0, 64.0],
+                                      warm="init")
+    assert choice.prior == choice.fit == (4.0, 0.1, 16.0)
+    assert list(candidates) == [(16.0, 1.0, 1.0), (16.0, 0.1, 1.0), (16.0, 0.01, 1.0), (4.0, 0.1, 1.0),
+                                (1.0, 0.1, 1.0), (4.0, 0.1, 16.0), (4.0, 0.1, 64.0)]
+    assert calls == [(0, (16.0, 1.0, 1.0), "init"), (1, (16.0, 0.1, 1.0), (16.0, 1.0, 1.0)),
+                     (2, (16.0, 0.01, 1.0), (16.0, 0.1, 1.0)), (3, (4.0, 0.1, 1.0), (16.0, 0.1, 1.0)),
+                     (4, (1.0, 0.1, 1.0), (4.0, 0.1, 1.0)), (5, (4.0, 0.1, 16.0), (4.0, 0.1, 1.0)),
+                     (6, (4.0, 0.1, 64.0), (4.0, 0.1, 16.0))]
+    assert candidates[(4.0, 0.1, 1.0)] == pytest.approx((base - 0.3 + noise).sum() / 60)
 
 
 @pytest.mark.parametrize("cpus", [1, 2, 3, 8])

@@ -28,22 +28,57 @@ def calibrated_potentials(mean, variance, pair_mean, pair_variance, alpha: float
     return unary, pairwise
 
 
-def golden_section(f, low: float, high: float, xatol: float) -> tuple[float, float]:
-    """(f(x), x) at the minimum of a unimodal `f` on [low, high], to within `xatol` in x, by
-    golden-section search (the interval shrinks by 0.618 per evaluation)."""
-    shrink = (np.sqrt(5.0) - 1.0) / 2.0
-    left, right = high - shrink * (high - low), low + shrink * (high - low)
-    f_left, f_right = f(left), f(right)
-    while high - low > xatol:
-        if f_left <= f_right:  # the minimum is in [low, right]
-            high, right, f_right = right, left, f_left
-            left = high - shrink * (high - low)
-            f_left = f(left)
-        else:  # in [left, high]
-            low, left, f_left = left, right, f_right
-            right = low + shrink * (high - low)
-            f_right = f(right)
-    return (f_left, left) if f_left <= f_right else (f_right, right)
+def brent_minimize(f, low: float, high: float, xatol: float) -> tuple[float, float]:
+    """(f(x), x) at the minimum of a unimodal `f` on [low, high], to within about `xatol` in x, by
+    Brent's method (Brent 1973, ch. 5): a parabola through the three best points where it steps
+    inside the bracket and shrinks it fast enough, a golden-section step otherwise. On the smooth
+    dev NLL of log T it takes 6–10 evaluations where golden section alone takes ≈ 18 at
+    `xatol` 0.002 (each evaluation is a forward–backward over the held-out tokens)."""
+    ratio = 0.5 * (3.0 - np.sqrt(5.0))  # the golden section's smaller share, 0.382
+    a, b = float(low), float(high)
+    x = w = v = a + ratio * (b - a)
+    fx = fw = fv = f(x)
+    step = before = 0.0  # the last step and the one before it
+    while True:
+        middle = 0.5 * (a + b)
+        tol = 1.5e-8 * abs(x) + xatol / 3.0
+        if abs(x - middle) <= 2.0 * tol - 0.5 * (b - a):
+            return fx, x
+        golden = True
+        if abs(before) > tol:  # a parabola through (v, fv), (w, fw), (x, fx)
+            r = (x - w) * (fx - fv)
+            q = (x - v) * (fx - fw)
+            p = (x - v) * q - (x - w) * r
+            q = 2.0 * (q - r)
+            if q > 0.0:
+                p = -p
+            q = abs(q)
+            # accepted if it moves less than half the step before last and lands inside (a, b)
+            if abs(p) < abs(0.5 * q * before) and q * (a - x) < p < q * (b - x):
+                before, step = step, p / q
+                golden = False
+                if (x + step) - a < 2.0 * tol or b - (x + step) < 2.0 * tol:
+                    step = tol if x < middle else -tol
+        if golden:
+            before = (a - x) if x >= middle else (b - x)
+            step = ratio * before
+        u = x + (step if abs(step) >= tol else (tol if step > 0 else -tol))
+        fu = f(u)
+        if fu <= fx:
+            if u >= x:
+                a = x
+            else:
+                b = x
+            v, w, x, fv, fw, fx = w, x, u, fw, fx, fu
+        else:
+            if u < x:
+                a = u
+            else:
+                b = u
+            if fu <= fw or w == x:
+                v, w, fv, fw = w, u, fw, fu
+            elif fu <= fv or v == x or v == w:
+                v, fv = u, fu
 
 
 def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarray, pair_variance: np.ndarray,
@@ -64,7 +99,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     out-of-fold predictions of cross-fitting): the NLL is per token of all parts together.
 
     The search, in forward–backward passes over the parts (each costs one): T at α = `start[0]`
-    (a bounded scalar search on log T, ≈ 10 passes); then, with `variance_scale`, the larger α of
+    (Brent's bounded scalar search on log T, 6–10 passes); then, with `variance_scale`, the larger α of
     `ALPHA_GRID`, each with a coarse T search (≈ 7 passes each); only when one of them is better
     is (α, T) refined jointly by L-BFGS-B from it. The NLL is flat in α where α v ≪ 1, so a
     fitted α at the low end of the grid means the posterior variance does not help on these
@@ -107,7 +142,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
 
     def best_temperature(log_alpha, window, xatol):
         """(objective, x) at the best log T for this log α within `window` of log T."""
-        value, log_t = golden_section(lambda log_t: objective(np.array([log_alpha, log_t])), *window, xatol)
+        value, log_t = brent_minimize(lambda log_t: objective(np.array([log_alpha, log_t])), *window, xatol)
         return value, np.array([log_alpha, log_t])
 
     before = token_nll(np.zeros(2))

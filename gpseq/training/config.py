@@ -30,6 +30,12 @@ class TrainingConfig:
     # one standard error, and the path ends at the first that is not: `prior_path.PathChoice`; the
     # fits run on a budget, so the path's warm starts matter); the first pair (σ², l1) is the model
     # without a dev split
+    pairwise_variance_grid: list = field(default_factory=lambda: [1.0, 16.0])  # laplace: the pairwise
+    # potentials' prior variances σ²_P, tried in order at the chosen (σ², l1), each kept by the same
+    # rule. Measured by 5-fold CV within the CRF++ training files (never test): σ²_P = 16 instead of 1
+    # lifts JapaneseNE span F1 59.6 → 62.7 (NER's transitions are near-hard constraints) and costs
+    # basenp and chunking 1.3–1.8 points; the held-out NLL ranks them the same way. Empty =
+    # model.pairwise_prior_variance
     cross_fit_folds: int = 3  # laplace, small corpora: choose (σ², l1) and calibrate on out-of-fold
     cross_fit_tokens: int = 20000  # predictions of this many folds of train + dev when they hold at most
     # this many tokens (a dev split of a few sentences is too noisy to choose or calibrate on); 0 = never
@@ -87,6 +93,8 @@ class TrainingConfig:
             raise ConfigError("cross_fit_folds must be 0 or >= 2 and cross_fit_tokens >= 0")
         if any(not isinstance(v, (int, float)) or v <= 0 for v in self.prior_variance_grid or []):
             raise ConfigError(f"prior_variance_grid must hold positive numbers, got {self.prior_variance_grid}")
+        if any(not isinstance(v, (int, float)) or v <= 0 for v in self.pairwise_variance_grid or []):
+            raise ConfigError(f"pairwise_variance_grid must hold positive numbers, got {self.pairwise_variance_grid}")
         if any(not isinstance(v, (int, float)) or v < 0 for v in self.l1_grid or []):
             raise ConfigError(f"l1_grid must hold numbers >= 0, got {self.l1_grid}")
 

@@ -1,8 +1,9 @@
 """The default training of the weight-space linear-chain GP around `fit_laplace`: the prior path,
 cross-fitting, calibration and the refit.
 
-`train_laplace` (what `Tagger.train` runs) fits priors (σ², λ) along a warm-started walk — the L1
-path at the first σ², then the other σ² at the chosen λ (`choose_prior`) — ranks them by the NLL
+`train_laplace` (what `Tagger.train` runs) fits priors (σ², λ, σ²_P) along a warm-started walk —
+the L1 path at the first σ², then the other σ² at the chosen λ, then the other pairwise prior
+variances σ²_P at the chosen (σ², λ) (`choose_prior`) — ranks them by the NLL
 of the dev split carved from the training data at each fit's best temperature
 (`gpseq.training.calibration`; a small corpus: of the out-of-fold predictions of cross-fitting
 instead) with the one-standard-error rule, calibrates the chosen fit's predictive in full (α, T)
@@ -59,39 +60,52 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
         return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
 
 
-def prior_grid(training, model, has_dev: bool) -> tuple[list[float], list[float]]:
-    """The σ² (`prior_variance_grid`, in order) and L1 strengths (`l1_grid`, strongest first) the
-    default training walks (`choose_prior`). Without a dev split (or calibration) there is nothing
-    to compare: the first σ² and the first strength."""
+def prior_grid(training, model, has_dev: bool) -> tuple[list[float], list[float], list[float]]:
+    """The σ² (`prior_variance_grid`, in order), L1 strengths (`l1_grid`, strongest first) and
+    pairwise prior variances (`pairwise_variance_grid`, in order) the default training walks
+    (`choose_prior`). Without a dev split (or calibration) there is nothing to compare: the first
+    of each."""
     variances = [float(v) for v in training.prior_variance_grid or []] or [float(model.prior_variance)]
     strengths = [float(l1) for l1 in training.l1_grid or []] or [0.0]
-    return (variances, strengths) if has_dev and training.calibrate else (variances[:1], strengths[:1])
+    pairwise = [float(v) for v in training.pairwise_variance_grid or []] or [float(model.pairwise_prior_variance)]
+    grids = (variances, strengths, pairwise)
+    return grids if has_dev and training.calibrate else tuple(grid[:1] for grid in grids)
 
 
-def choose_prior(fit_at, rank, variances, strengths, warm=None):
-    """Walk the priors and choose one by the one-standard-error rule (`PathChoice`): the L1 path
-    (σ²₀, λ) for λ in `strengths` at the first σ² (each fit warm-started from the previous one,
-    the sparsest first), then, at the chosen λ, the other σ² in order (each warm-started from the
+def prior_key(prior: tuple[float, float, float]) -> str:
+    """A prior (σ², λ, σ²_P) as the scores name it: "σ²/λ/σ²_P"."""
+    return "/".join(f"{value:g}" for value in prior)
+
+
+def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None):
+    """Walk the priors (σ², λ, σ²_P) and choose one by the one-standard-error rule (`PathChoice`):
+    the L1 path (σ²₀, λ, σ²_P₀) for λ in `strengths` at the first σ² (each fit warm-started from
+    the previous one, the sparsest first), then, at the chosen λ, the other σ² in order, then, at
+    the chosen (σ², λ), the other pairwise prior variances in order (each warm-started from the
     fit chosen so far). Each walk ends at the first prior not better than the choice so far.
     `fit_at(number, prior, warm)` fits the `number`-th prior of the walk (0: the first, on the
     whole budget); `rank(fit)` is its held-out ranking (`fit_calibration_parts(..., sentences=True)`).
     Returns (the `PathChoice`, the held-out NLL of every prior fitted, in fitting order)."""
     choice, candidates, number = PathChoice(), {}, 0
 
-    def visit(prior, warm):
+    def visit(prior, warm, margin=True):
         nonlocal number
         fit = fit_at(number, prior, warm)
         number += 1
         ranked = rank(fit)
         candidates[prior] = ranked["dev_token_nll"]
-        return fit, choice.offer(prior, ranked, fit)
+        return fit, choice.offer(prior, ranked, fit, margin)
 
     for l1 in strengths:
-        warm, ended = visit((variances[0], l1), warm)
+        warm, ended = visit((variances[0], l1, pairwise[0]), warm)
         if ended:
             break
     for variance in variances[1:]:
-        _, ended = visit((variance, choice.prior[1]), choice.fit)
+        _, ended = visit((variance, choice.prior[1], pairwise[0]), choice.fit)
+        if ended:
+            break
+    for pair_variance in pairwise[1:]:  # V² weights, not a sparser or denser model: the lower NLL
+        _, ended = visit((*choice.prior[:2], pair_variance), choice.fit, margin=False)
         if ended:
             break
     return choice, candidates
@@ -118,9 +132,11 @@ class PathChoice:
     def __init__(self):
         self.prior, self.ranked, self.fit = None, None, None
 
-    def offer(self, prior: tuple[float, float], ranked: dict, fit) -> bool:
-        """Rank `fit` (of `prior`) by `ranked` against the choice so far; True: the walk ends here."""
-        better = self.ranked is None or significantly_better(ranked, self.ranked)
+    def offer(self, prior: tuple[float, float, float], ranked: dict, fit, margin: bool = True) -> bool:
+        """Rank `fit` (of `prior`) by `ranked` against the choice so far; True: the walk ends here.
+        `margin=False`: any lower held-out NLL replaces the choice (no standard-error margin)."""
+        better = self.ranked is None or (significantly_better(ranked, self.ranked) if margin
+                                         else ranked["dev_token_nll"] < self.ranked["dev_token_nll"])
         if better:
             self.prior, self.ranked, self.fit = prior, ranked, fit
         return not better
@@ -143,8 +159,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
     has_dev = dev_data is not None and len(dev_data) > 0
-    variances, strengths = prior_grid(tcfg, mcfg, has_dev)
-    walk = len(strengths) + len(variances) - 1  # the most priors `choose_prior` fits
+    variances, strengths, pairwise = prior_grid(tcfg, mcfg, has_dev)
+    walk = len(strengths) + len(variances) + len(pairwise) - 2  # the most priors `choose_prior` fits
     total = budget + (walk - 1 + tcfg.evidence_rounds * walk) * refit
     start = time.perf_counter()
     done = [0]
@@ -155,9 +171,9 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
 
     def fit(objective, prior, iterations, warm, evidence_rounds=0):
-        prior_variance, l1 = prior
+        prior_variance, l1, pairwise_variance = prior
         return fit_laplace(objective, groups, names, prior_variance=prior_variance, l1=l1,
-                           pairwise_prior_variance=mcfg.pairwise_prior_variance, evidence_rounds=evidence_rounds,
+                           pairwise_prior_variance=pairwise_variance, evidence_rounds=evidence_rounds,
                            max_iterations=iterations, refit_iterations=refit, callback=progress, start=warm)
 
     iterations: list[int] = []
@@ -203,7 +219,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             lambda number, prior, warm: [path_fit(objective, number, prior, each, FOLD_BUDGET_SHARE)
                                          for objective, each in zip(objectives, warm or [None] * len(folds))],
             lambda fold_fits: fit_calibration_parts(held_out(fold_fits), variance_scale=False, sentences=True),
-            variances, strengths)
+            variances, strengths, pairwise)
         prior, fold_fits = choice.prior, choice.fit
         del objectives, choice
         calibration = fit_calibration_parts(held_out(fold_fits))  # (α, T) in full for the chosen prior
@@ -227,13 +243,13 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                 lambda number, prior, warm: path_fit(objective, number, prior, warm,
                                                      evidence_rounds=tcfg.evidence_rounds),
                 lambda current: calibrate(current, dev_data, variance_scale=False, sentences=True),
-                variances, strengths, init)
+                variances, strengths, pairwise, init)
             prior, chosen = choice.prior, choice.fit
             del choice
             calibration = calibrate(chosen, dev_data)  # (α, T) in full
             dev_nll = candidates[prior] = calibration["dev_token_nll"]
         else:  # nothing to compare on: the first prior (`prior_grid`)
-            prior, candidates, calibration, dev_nll = (variances[0], strengths[0]), {}, None, None
+            prior, candidates, calibration, dev_nll = (variances[0], strengths[0], pairwise[0]), {}, None, None
             chosen = path_fit(objective, 0, prior, init, evidence_rounds=tcfg.evidence_rounds)
         report = chosen.report
         if has_dev and tcfg.refit_with_dev:
@@ -245,10 +261,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             iterations.extend(chosen.report.iterations)
             scores["refit_sentences"] = refit_sentences
         objective.close()
-    scores.update(prior_variance=prior[0], l1=prior[1], prior_variances=report.prior_variances,
+    scores.update(prior_variance=prior[0], l1=prior[1], pairwise_prior_variance=prior[2],
+                  prior_variances=report.prior_variances,
                   objective_per_token=report.objective_per_token)
     if candidates:  # the held-out NLL of each prior fitted
-        scores["dev_token_nll_by_prior"] = {f"{v:g}/{l1:g}": nll for (v, l1), nll in candidates.items()}
+        scores["dev_token_nll_by_prior"] = {prior_key(each): nll for each, nll in candidates.items()}
     if calibration:
         scores["calibration"] = calibration
     scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
