@@ -1,5 +1,6 @@
 """Trainer on the GP core: Adam and Adam + natural gradients fit an SVGP, one natural-gradient step
-against its closed form on a conjugate Gaussian case, non-finite losses raise NumericalError."""
+against its closed form on a conjugate Gaussian case, non-finite losses raise NumericalError, steps on
+tuples of tensors through the concrete function equal the tf.function's."""
 
 from __future__ import annotations
 
@@ -60,6 +61,35 @@ def test_non_finite_loss_raises_numerical_error():
     model = SVGP(RBF(1.0, 1.0), Gaussian(0.1), np.linspace(-3, 3, 5)[:, None])
     with pytest.raises(NumericalError):
         Trainer(model).step((X, Y * np.nan))
+
+
+def test_steps_on_tensor_tuples_equal_the_compiled_functions_call():
+    # a tuple of eager tensors goes to the concrete function of its shapes, flat (Trainer._run_step):
+    # the same losses and variables as through the tf.function (NumPy batches), one concrete function
+    # per batch shape, and a non-finite batch still raises without changing a variable
+    X, Y = _data()
+
+    def run(as_tensors):
+        model = SVGP(RBF(1.0, 1.0), Gaussian(0.5), np.linspace(-3, 3, 6)[:, None], num_data=200)
+        trainer = Trainer(model, learning_rate=0.05)
+        losses = []
+        for start, size in [(0, 50), (50, 50), (100, 30), (130, 50)]:
+            batch = (X[start:start + size], Y[start:start + size])
+            losses.append(trainer.step(tuple(map(tf.constant, batch)) if as_tensors else batch))
+        return trainer, losses
+
+    fast, fast_losses = run(True)
+    slow, slow_losses = run(False)
+    assert len(fast._concrete) == 2 and not slow._concrete
+    np.testing.assert_allclose(fast_losses, slow_losses, rtol=1e-13)
+    for a, b in zip(fast.model.trainable_variables, slow.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-13)
+    before = [v.numpy() for v in fast.model.trainable_variables]
+    with pytest.raises(NumericalError):
+        fast.step((tf.constant(X[:50]), tf.constant(Y[:50] * np.nan)))
+    assert fast.state.step == 4
+    for value, variable in zip(before, fast.model.trainable_variables):
+        np.testing.assert_array_equal(value, variable.numpy())
 
 
 def _rbf(A, B, variance, lengthscale):

@@ -186,8 +186,12 @@ class Stationary(Kernel):
         self.ard = ard
         self.lengthscales = positive(lengthscales, dtype, "lengthscales")
 
-    def _scaled_sq_dist(self, X, Z):
-        """‖x − z‖² / ℓ² `[..., N, M]`, clipped at 0."""
+    def _sq_dist_and_scale(self, X, Z):
+        """(d, c) with ‖x − z‖² / ℓ² = c · d `[..., N, M]`, d clipped at 0. Isotropic: d is the squared
+        distance of the unscaled inputs and c = 1/ℓ² a scalar, so the lengthscale's gradient is one
+        reduction over the matrix, not a pass back through the inner products, norms and clip (which
+        are differentiated only when the inputs are, e.g. trained inducing inputs). ARD: the inputs
+        are scaled and c is None."""
         if isinstance(X, PaddedRows):
             if self.ard:
                 raise ConfigError("ARD lengthscales are not available on sparse inputs (use ard=False)")
@@ -202,19 +206,31 @@ class Stationary(Kernel):
                 cross = sparse_dense_inner(X, Z)
                 z_norm = tf.reduce_sum(Z**2, -1)
             sq = x_norm[..., :, None] + z_norm - 2.0 * cross
-            return tf.nn.relu(sq) / tf.convert_to_tensor(self.lengthscales) ** 2
+            return tf.nn.relu(sq), 1.0 / tf.convert_to_tensor(self.lengthscales) ** 2
         ls = tf.convert_to_tensor(self.lengthscales)
-        X = tf.convert_to_tensor(X, self.dtype) / ls
-        Z = X if Z is None else tf.convert_to_tensor(Z, self.dtype) / ls
+        X = tf.convert_to_tensor(X, self.dtype)
+        Z = X if Z is None else tf.convert_to_tensor(Z, self.dtype)
+        if self.ard:
+            X, Z = X / ls, Z / ls
         sq = (
             tf.reduce_sum(X**2, -1)[..., :, None]
             + tf.reduce_sum(Z**2, -1)[..., None, :]
             + tf.linalg.matmul(-2.0 * X, Z, transpose_b=True)  # the −2 on [N, D], not [N, M] (exact either way)
         )
-        return tf.nn.relu(sq)  # max(sq, 0), whose gradient is one op (tf.maximum's is a compare and a select)
+        # max(sq, 0), whose gradient is one op (tf.maximum's is a compare and a select)
+        return tf.nn.relu(sq), None if self.ard else 1.0 / ls**2
+
+    def _scaled_sq_dist(self, X, Z):
+        """‖x − z‖² / ℓ² `[..., N, M]`, clipped at 0."""
+        sq, scale = self._sq_dist_and_scale(X, Z)
+        return sq if scale is None else sq * scale
 
     def K(self, X, Z=None):  # [..., N, M]
-        return tf.convert_to_tensor(self.variance) * self._profile(self._scaled_sq_dist(X, Z))
+        return tf.convert_to_tensor(self.variance) * self._profile_scaled(*self._sq_dist_and_scale(X, Z))
+
+    def _profile_scaled(self, sq, scale):
+        """The profile at r² = scale · sq (scale None: r² = sq)."""
+        return self._profile(sq if scale is None else sq * scale)
 
     def K_diag(self, X):  # [..., N]
         lead = tf.shape(X.indices)[:-1] if isinstance(X, PaddedRows) else tf.shape(X)[:-1]
@@ -242,6 +258,9 @@ class RBF(Stationary):
 
     def _profile(self, r2):
         return tf.exp(-0.5 * r2)
+
+    def _profile_scaled(self, sq, scale):  # exp(−½ · scale · sq): one product over the matrix
+        return tf.exp(sq * (-0.5 * scale)) if scale is not None else self._profile(sq)
 
 
 class Matern32(Stationary):
