@@ -1,7 +1,9 @@
 """SVGP benchmark: gpseq vs GPflow in the same process.
 
-1. Time per ELBO + gradient + Adam step (minibatch 256, both as `tf.function`, float64, whitened
-   full-covariance q(u), RBF kernel, K-means Z) for M ∈ {100, 500}, on two datasets bundled with
+1. Time per ELBO + gradient + Adam step (minibatch 256, float64, whitened full-covariance q(u), RBF
+   kernel, K-means Z; gpseq: `Trainer.step`, which calls its compiled step's concrete function with
+   the flat batch and checks the loss and gradients; GPflow: a `tf.function` of `training_loss`,
+   `GradientTape` and Keras Adam) for M ∈ {100, 500}, on two datasets bundled with
    scikit-learn, repeated (with 1 % jitter) to N ≥ 5,000: diabetes (regression, Gaussian) and breast
    cancer (binary, Bernoulli probit). Ratio = gpseq time / GPflow time (≤ 1 means gpseq is faster).
 2. Test NLPD on diabetes after a fixed number of steps: natural gradients on q(u) (γ = 0.1) + Adam
