@@ -92,6 +92,40 @@ def test_steps_on_tensor_tuples_equal_the_compiled_functions_call():
         np.testing.assert_array_equal(value, variable.numpy())
 
 
+def test_a_private_flat_call_with_other_arguments_falls_back_to_the_public_call():
+    # `_run_step` uses TF's private ConcreteFunction._call_flat; a TF where it takes other arguments
+    # (a TypeError before anything runs) must not break training: the step falls back to the public
+    # call for good, with the same losses as the tf.function path
+    X, Y = _data()
+
+    class ChangedFlatCall:  # the concrete function as such a TF would have it
+        def __init__(self, concrete):
+            self.concrete, self.captured_inputs = concrete, concrete.captured_inputs
+
+        def _call_flat(self, *args, **kwargs):
+            raise TypeError("_call_flat() takes other arguments in this TF")
+
+        def __call__(self, *args):
+            return self.concrete(*args)
+
+    def run(as_tensors):
+        model = SVGP(RBF(1.0, 1.0), Gaussian(0.5), np.linspace(-3, 3, 6)[:, None], num_data=200)
+        trainer = Trainer(model, learning_rate=0.05)
+        losses = []
+        for start in (0, 50, 100):
+            batch = (X[start:start + 50], Y[start:start + 50])
+            losses.append(trainer.step(tuple(map(tf.constant, batch)) if as_tensors else batch))
+            if as_tensors and start == 0:  # traced and stepped flat: the next calls meet the changed TF
+                assert trainer._flat_calls
+                trainer._concrete = {key: ChangedFlatCall(c) for key, c in trainer._concrete.items()}
+        return trainer, losses
+
+    fast, fast_losses = run(True)
+    slow, slow_losses = run(False)
+    assert fast._flat_calls is False
+    np.testing.assert_allclose(fast_losses, slow_losses, rtol=1e-13)
+
+
 def _rbf(A, B, variance, lengthscale):
     return variance * np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / lengthscale**2)
 

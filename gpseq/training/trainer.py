@@ -89,6 +89,7 @@ class Trainer:
         self.state = TrainState()
         self._steps: dict = {}  # compiled steps: with an input signature (True) or without
         self._concrete: dict = {}  # the signature-free step's concrete functions by batch type (`_run_step`)
+        self._flat_calls = True  # whether `_run_step` may use TF's private flat call
         self._best_values: list[np.ndarray] | None = None
 
     def _natural_gradient(self):
@@ -131,10 +132,14 @@ class Trainer:
         concrete = self._concrete.get(key)
         if concrete is None:
             concrete = self._concrete[key] = function.get_concrete_function(batch)
-        call_flat = getattr(concrete, "_call_flat", None)  # TF's flat call (no argument binding)
-        if call_flat is None:
+        call_flat = getattr(concrete, "_call_flat", None) if self._flat_calls else None  # TF's private
+        if call_flat is None:  # flat call (no argument binding); a TF without it: the public call
             return concrete(batch)
-        return call_flat(list(batch), concrete.captured_inputs)
+        try:
+            return call_flat(list(batch), concrete.captured_inputs)
+        except TypeError:  # a TF (the package allows < 3) whose private call takes other arguments:
+            self._flat_calls = False  # arguments are checked before anything runs; the public call from now on
+            return concrete(batch)
 
     def _next_seed(self):
         """(seed int32 `[2]`,) = ((config.seed, step),) and step_var += 1, inside the compiled step: a
