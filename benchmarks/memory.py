@@ -8,7 +8,8 @@ table grows a little), written to a temporary CoNLL file. For each size:
 - `gpseq train FILE --features chunking -o DIR` as its own process: wall time and its own peak RSS;
 - `gpseq tag DIR FILE -o OUT` (CoNLL in, streamed) as its own process: wall time and peak RSS;
 - CRFsuite trained as in `versus_crf.py` (`_crf_train.py`: python-crfsuite's Trainer, L-BFGS,
-  c1 = c2 = 0.1, 100 iterations, gpseq's feature strings) as its own process.
+  c1 = c2 = 0.1, 100 iterations, gpseq's feature strings) as its own process, and its tagging
+  (`_crf_tag.py`: the same file streamed, Viterbi labels and their marginals) as another.
 Peak RSS is each process's own (`os.wait4`), measured from a light fork server, so this script's
 own memory is not its floor. Memory, not speed, is the point: run it at any priority.
 """
@@ -104,14 +105,18 @@ def main() -> None:
                 crf = measure([sys.executable, str(Path(__file__).with_name("_crf_train.py")), str(spec)],
                               work / f"crf{copies}.log")
                 print(f"  CRFsuite train {crf['wall_s']:.0f} s, peak {crf['peak_rss_mb']:,.0f} MiB", flush=True)
-                for metric, number in crf.items():
-                    results[f"{key}/crfsuite/train_{metric}"] = number
+                crf_tag = measure([sys.executable, str(Path(__file__).with_name("_crf_tag.py")), str(spec),
+                                   str(train_file), str(work / f"crf_tag{copies}.out")], work / f"crf_tag{copies}.log")
+                print(f"  CRFsuite tag {crf_tag['wall_s']:.0f} s, peak {crf_tag['peak_rss_mb']:,.0f} MiB", flush=True)
+                for name, value in (("train", crf), ("tag", crf_tag)):
+                    for metric, number in value.items():
+                        results[f"{key}/crfsuite/{name}_{metric}"] = number
             train_file.unlink()
     sizes = sorted(args.copies)
     if len(sizes) > 1:
         low, high = f"x{sizes[0]}", f"x{sizes[-1]}"
         extra = results[f"{high}/tokens"] - results[f"{low}/tokens"]
-        for system, name in (("gpseq", "train"), ("gpseq", "tag"), ("crfsuite", "train")):
+        for system, name in (("gpseq", "train"), ("gpseq", "tag"), ("crfsuite", "train"), ("crfsuite", "tag")):
             first, last = results.get(f"{low}/{system}/{name}_peak_rss_mb"), results.get(f"{high}/{system}/{name}_peak_rss_mb")
             if first is not None and last is not None:
                 results[f"growth/{system}/{name}_bytes_per_token"] = (last - first) * 2**20 / extra
