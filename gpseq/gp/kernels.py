@@ -220,11 +220,6 @@ class Stationary(Kernel):
         # max(sq, 0), whose gradient is one op (tf.maximum's is a compare and a select)
         return tf.nn.relu(sq), None if self.ard else 1.0 / ls**2
 
-    def _scaled_sq_dist(self, X, Z):
-        """‖x − z‖² / ℓ² `[..., N, M]`, clipped at 0."""
-        sq, scale = self._sq_dist_and_scale(X, Z)
-        return sq if scale is None else sq * scale
-
     def K(self, X, Z=None):  # [..., N, M]
         return tf.convert_to_tensor(self.variance) * self._profile_scaled(*self._sq_dist_and_scale(X, Z))
 

@@ -6,7 +6,7 @@ the L1 path at the first σ², then the other σ² at the chosen λ, then the ot
 variances σ²_P at the chosen (σ², λ) (`choose_prior`) — ranks them by the NLL
 of the dev split carved from the training data at each fit's best temperature
 (`gpseq.training.calibration`; a small corpus: of the out-of-fold predictions of cross-fitting
-instead) with the one-standard-error rule, calibrates the chosen fit's predictive in full (α, T)
+instead) with the one-standard-error rule (σ²_P by the lower NLL alone), calibrates the chosen fit's predictive in full (α, T)
 and refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
 """
 
