@@ -153,6 +153,20 @@ def parse_model_spec(spec: str) -> tuple[str, Path]:
     return path.resolve().name if path.name in ("", ".", "..") else path.name, path
 
 
+def checked_model_spec(spec: str, taken) -> tuple[str, Path]:
+    """(name, directory) of one `NAME=DIR` or `DIR` of the command line, checked: ConfigError for a
+    name requests cannot use or one already in `taken`, InputFormatError for a missing directory."""
+    name, path = parse_model_spec(spec)
+    if not NAME.match(name):
+        raise ConfigError(f"{spec}: model name {name!r} must be letters, digits, '_', '.' or '-'; "
+                          "name it with NAME=DIR")
+    if name in taken:
+        raise ConfigError(f"two models named {name!r}: name them with NAME=DIR")
+    if not path.is_dir():
+        raise InputFormatError(path, None, "no such model directory")
+    return name, path
+
+
 def load_models(specs: list[str], load_tagger) -> dict[str, ServedModel]:
     """The models of `gpseq serve MODEL ...`, each loaded once with `load_tagger(path)`; the first is
     the default. ConfigError for two models of one name or a name requests cannot use."""
@@ -160,14 +174,7 @@ def load_models(specs: list[str], load_tagger) -> dict[str, ServedModel]:
 
     served: dict[str, ServedModel] = {}
     for spec in specs:
-        name, path = parse_model_spec(spec)
-        if not NAME.match(name):
-            raise ConfigError(f"{spec}: model name {name!r} must be letters, digits, '_', '.' or '-'; "
-                              "name it with NAME=DIR")
-        if name in served:
-            raise ConfigError(f"two models named {name!r}: name them with NAME=DIR")
-        if not path.is_dir():
-            raise InputFormatError(path, None, "no such model directory")
+        name, path = checked_model_spec(spec, served)
         tagger = load_tagger(path)
         served[name] = ServedModel(name, tagger, path, read_model_meta(path))
     return served

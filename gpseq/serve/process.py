@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from gpseq.errors import ConfigError, GpseqError, InputFormatError
+from gpseq.errors import ConfigError, GpseqError
 from gpseq.serve.settings import ServeSettings
 
 log = logging.getLogger("gpseq.serve")
@@ -108,19 +108,12 @@ def check_model_specs(specs: list[str]) -> None:
     """The errors `load_models` would raise on the command line, without loading: the supervisor
     reports them itself rather than through each worker's start-up failure."""
     from gpseq.model_meta import read_model_meta
-    from gpseq.serve.models import NAME, parse_model_spec
+    from gpseq.serve.models import checked_model_spec
 
     names = set()
     for spec in specs:
-        name, path = parse_model_spec(spec)
-        if not NAME.match(name):
-            raise ConfigError(f"{spec}: model name {name!r} must be letters, digits, '_', '.' or '-'; "
-                              "name it with NAME=DIR")
-        if name in names:
-            raise ConfigError(f"two models named {name!r}: name them with NAME=DIR")
+        name, path = checked_model_spec(spec, names)
         names.add(name)
-        if not path.is_dir():
-            raise InputFormatError(path, None, "no such model directory")
         read_model_meta(path)  # ModelFormatError: not a model directory, or of a newer format
 
 
