@@ -15,6 +15,7 @@ what gpseq wrote.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -140,7 +141,16 @@ class Tagger:
         train, held_out = corpus_passes.split(train, counted, dev_ids)
         dev = held_out if dev_ids is not None else dev
         seen: set = set()
-        featurizer = Featurizer(config.features).fit(corpus_passes.labelled(train, seen))
+        # the vocabulary and the label set: of the training corpus, the dev split carved from it
+        # included when the final weights train on it too (the default training refits on train +
+        # dev, and cross-fits over both): a label or a feature of the user's training file is not
+        # lost because the random dev split took the one sentence that has it. A --dev file of the
+        # user's adds none (`cli.train.warn_dev_only_labels`).
+        vocabulary = corpus_passes.labelled(train, seen)
+        cross_fits = tcfg.cross_fit_folds >= 2 and counted.tokens <= tcfg.cross_fit_tokens  # (`prior_path.cross_fitting`)
+        if method == "laplace" and dev_ids is not None and (tcfg.refit_with_dev or cross_fits):
+            vocabulary = itertools.chain(vocabulary, corpus_passes.labelled(dev, seen))
+        featurizer = Featurizer(config.features).fit(vocabulary)
         labels = sorted(seen - {UNLABELLED})
         if not labels:
             raise GpseqError(f"{partial.source}: no labelled token in the training corpus (every label is "

@@ -646,3 +646,31 @@ def test_chunks_evaluated_two_at_a_time_give_the_serial_sums_exactly(monkeypatch
     monkeypatch.setattr(many.chunks[3], "value_and_grad", broken)
     with pytest.raises(RuntimeError, match="chunk failed"):
         many.value_and_grad(b, w, p)
+
+
+def test_a_label_and_a_feature_only_the_carved_dev_split_holds_stay_in_the_model():
+    # the dev split the default training carves from the corpus is refitted on (and, on a small
+    # corpus, cross-fitted over): the model's labels and vocabulary are those of the whole file
+    from gpseq import Tagger
+    from gpseq.config import TaggerConfig
+    from gpseq.corpora import Sentence
+    from gpseq.corpora.splits import train_dev_split
+    from gpseq.features import get_preset
+
+    config = TaggerConfig(features=get_preset("ner"))
+    rng = np.random.default_rng(5)
+    words = ["the", "cat", "sat", "on", "a", "mat", "Paris", "Rome"]
+    sentences = []
+    for _ in range(40):
+        tokens = list(rng.choice(words, size=int(rng.integers(3, 8))))
+        sentences.append(Sentence(tokens, ["B-LOC" if t in ("Paris", "Rome") else "O" for t in tokens]))
+    dev_ids = train_dev_split(len(sentences), config.training.dev_fraction, seed=config.training.seed,
+                              max_dev=config.training.dev_max_sentences)[1]
+    rare = int(dev_ids[0])  # the one sentence with B-ORG and the word Zyx: where the dev split takes it
+    sentences[rare] = Sentence(["the", "Zyx", "sat"], ["O", "B-ORG", "O"])
+    tagger = Tagger.train(sentences, config)
+    assert tagger.labels == sorted({label for s in sentences for label in s.labels})
+    assert any("Zyx" in name for name in tagger.featurizer.feature_names())
+    assert tagger.scores["dev_sentences"] == len(dev_ids) and tagger.scores["refit_sentences"] == len(sentences)
+    (tagged,) = tagger.tag([["the", "Zyx", "sat"]])
+    assert tagged.probabilities[1][tagger.labels.index("B-ORG")] > tagged.probabilities[0][tagger.labels.index("B-ORG")]
