@@ -131,6 +131,25 @@ def check_save_target(directory: str | os.PathLike) -> None:
     writable_dir(directory.absolute().parent, directory)
 
 
+def check_checkpoint_target(directory: str | os.PathLike) -> None:
+    """OutputError unless a checkpoint may replace `directory` (`CHECKPOINT/checkpoint`): absent, or
+    a directory holding only what `training.checkpoint.Checkpoints.save` writes (`ckpt*`,
+    `state.json`, `best.npz`) — never a user's directory of that name."""
+    directory = Path(directory)
+    if not os.path.lexists(directory):
+        return
+    if directory.is_symlink() or not directory.is_dir():
+        raise OutputError(directory, "exists and is not a gpseq checkpoint directory; refusing to replace it "
+                                     "(use another --checkpoint-dir)")
+    foreign = sorted(entry.name for entry in directory.iterdir()
+                     if not entry.is_file() or entry.is_symlink()
+                     or not (entry.name.startswith("ckpt") or entry.name in ("state.json", "best.npz")))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" (and {len(foreign) - 3} more)" if len(foreign) > 3 else "")
+        raise OutputError(directory, f"holds files gpseq did not write ({shown}); refusing to replace it "
+                                     "(use another --checkpoint-dir)")
+
+
 def copy_model_files(source: Path, destination: Path) -> None:
     """Copy what gpseq wrote in the model directory `source` (tagger.json and the files of its
     manifest, checked against it; for a model without a manifest, the files `save` writes) into

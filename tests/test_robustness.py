@@ -1477,3 +1477,59 @@ def test_component_to_disk_replaces_its_own_model_and_copies_only_what_gpseq_wro
     assert sorted(p.name for p in (pipeline / "chunker").iterdir()) == ["README.txt", "model"]
     loaded = spacy.load(pipeline)
     assert loaded.get_pipe("chunker").labels == nlp.get_pipe("chunker").labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Files beside the outputs that gpseq did not write: a lock file, a checkpoint directory, plots
+# ---------------------------------------------------------------------------------------------
+
+
+def test_train_never_takes_or_removes_a_users_file_named_like_its_lock(corpus, tmp_path):
+    out = tmp_path / "model"
+    users = tmp_path / "model.lock"
+    users.write_text("meeting notes, not a lock\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = invoke("train", corpus, "-o", out, *TINY)
+    assert result.exit_code == 2
+    line = one_line(result)
+    assert line.startswith(f"error: {users}: exists and is not a gpseq lock file; refusing to use or remove it"), line
+    assert snapshot(tmp_path) == before  # the file as it was, no model
+
+
+def test_svi_checkpoints_never_replace_a_users_directory_named_checkpoint(corpus, tmp_path):
+    checkpoints = tmp_path / "work"
+    (checkpoints / "checkpoint").mkdir(parents=True)
+    (checkpoints / "checkpoint" / "notes.txt").write_text("mine\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = invoke("train", corpus, "-o", tmp_path / "model", "--checkpoint-dir", checkpoints, *TINY,
+                    "--set", "training.method=svi", "--set", "training.checkpoint_every=1")
+    assert result.exit_code == 2
+    line = one_line(result)
+    assert line.startswith(f"error: {checkpoints / 'checkpoint'}: holds files gpseq did not write (notes.txt)"), line
+    assert snapshot(tmp_path) == before
+
+
+def test_evaluate_plot_never_overwrites_an_input_the_model_or_a_file_that_is_not_a_png(copy, corpus, tmp_path):
+    model = copy()
+    gold = tmp_path / "gold.conll"
+    shutil.copyfile(corpus, gold)
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image\n", encoding="utf-8")
+    derived = tmp_path / "fig-entities.png"  # what --plot fig.png also writes, here a text file
+    derived.write_text("not an image either\n", encoding="utf-8")
+    cases = [(gold, f"error: {gold}: is the same file as the input {gold}"),
+             (model / "arrays.npz", f"error: {model / 'arrays.npz'}: is inside the model directory"),
+             (text, f"error: {text}: exists and is not a PNG image; refusing to overwrite it"),
+             (tmp_path / "fig.png", f"error: {derived}: exists and is not a PNG image; refusing to overwrite it"),
+             (tmp_path / "missing" / "x.png", f"error: {tmp_path / 'missing' / 'x.png'}: cannot be written: directory")]
+    for plot, message in cases:
+        before = snapshot(tmp_path)
+        result = invoke("evaluate", model, gold, "--plot", plot)
+        assert result.exit_code == 2, (plot, result.stderr)
+        assert one_line(result).startswith(message), one_line(result)
+        assert snapshot(tmp_path) == before
+    written = tmp_path / "ok.png"
+    for _ in range(2):  # a PNG, its own earlier output included, is replaced
+        result = invoke("evaluate", model, gold, "--plot", written)
+        assert result.exit_code == 0, result.stderr
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

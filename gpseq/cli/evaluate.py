@@ -12,6 +12,7 @@ import typer
 
 from gpseq.cli.common import (EXIT_CODES, CorpusFormat, ModelDir, Verbose, app, command, load_tagger, read_labelled,
                               stdout)
+from gpseq.cli.outputs import check_plot_outputs
 from gpseq.model_meta import json_default
 
 
@@ -91,6 +92,9 @@ def evaluate(
         raise ConfigError(f"--target-error must be in [0, 1); got {target_error}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
         raise ConfigError(f"--decode must be viterbi, max-marginal or span-f1; got {decode!r}")
+    plot_paths = [] if plot is None else [plot, *(plot.with_name(f"{plot.stem}-{what}{plot.suffix or '.png'}")
+                                                 for what in ("entities", "risk-coverage"))]
+    check_plot_outputs(plot_paths, [corpus], model_dir)
     sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
     if not any(sentence.fully_labelled for sentence in sentences):
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
@@ -102,11 +106,9 @@ def evaluate(
     if plot is not None:
         plots.append(("reliability diagram", report.reliability_diagram(plot, bins)))
         if report.entity_calibration:
-            entities = plot.with_name(f"{plot.stem}-entities{plot.suffix or '.png'}")
-            plots.append(("entity reliability diagram", report.entity_reliability_diagram(entities, bins)))
+            plots.append(("entity reliability diagram", report.entity_reliability_diagram(plot_paths[1], bins)))
         if report.curves:
-            curves = plot.with_name(f"{plot.stem}-risk-coverage{plot.suffix or '.png'}")
-            plots.append(("risk-coverage plot", report.risk_coverage_plot(curves)))
+            plots.append(("risk-coverage plot", report.risk_coverage_plot(plot_paths[2])))
     metrics = report.to_dict()
     if report.n_skipped_sentences:
         typer.echo(f"note: {corpus}: {report.n_skipped_sentences} sentence(s) ({report.n_skipped_tokens} tokens) "

@@ -12,7 +12,7 @@ from typing import Optional
 
 from gpseq.corpora._atomic import atomic_target, writable_dir
 from gpseq.errors import OutputError
-from gpseq.model_dir import check_save_target
+from gpseq.model_dir import check_checkpoint_target, check_save_target
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -37,19 +37,20 @@ def check_train_outputs(output: Path, checkpoints: Path) -> None:
     if os.path.lexists(checkpoints) and not checkpoints.is_dir():
         raise OutputError(checkpoints, "exists and is not a directory (needed for checkpoints)")
     writable_dir(checkpoints, checkpoints)
+    check_checkpoint_target(checkpoints / "checkpoint")
 
 
-def check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path) -> None:
-    """Before tagging: `-o` must not be an input, the model, a directory or a read-only file, and its
-    directory must exist and be writable."""
+def check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path, option: str = "-o") -> None:
+    """Before tagging: `-o` (`option`) must not be an input, the model, a directory or a read-only
+    file, and its directory must exist and be writable."""
     if output is None:
         return
     if output.is_dir():
-        raise OutputError(output, "is a directory; -o needs a file name")
+        raise OutputError(output, f"is a directory; {option} needs a file name")
     for path in files:
         if str(path) != "-" and same_file(output, path):
             raise OutputError(output, f"is the same file as the input {path}; refusing to overwrite an input "
-                                      "(choose another -o)")
+                                      f"(choose another {option})")
     try:
         inside_model = model_dir.resolve() in output.resolve().parents
     except (OSError, RuntimeError):
@@ -70,6 +71,36 @@ def check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path)
         raise OutputError(output, f"cannot be written: directory {parent} is not writable (permission denied)")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_plot_outputs(plots: list[Path], files: list[Path], model_dir: Path) -> None:
+    """Before evaluating: each PNG `--plot` writes (the one named and the ones derived from its name)
+    is checked as `-o` is, and an existing file that is not a PNG image is never overwritten."""
+    for path in plots:
+        check_tag_output(path, files, model_dir, option="--plot")
+        if path.is_file():
+            with open(path, "rb") as handle:
+                if handle.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+                    raise OutputError(path, "exists and is not a PNG image; refusing to overwrite it "
+                                            "(choose another --plot)")
+
+
+def _check_lock_file(lock: Path) -> None:
+    """OutputError unless `lock` is absent or what `train_lock` writes: a regular file, empty or one
+    PID line (a lock left by a killed training) — a user's file of that name is never taken."""
+    if not os.path.lexists(lock):
+        return
+    if lock.is_symlink() or not lock.is_file():
+        raise OutputError(lock, "exists and is not a gpseq lock file; refusing to use or remove it "
+                                "(move it, or choose another -o)")
+    with open(lock, "rb") as handle:
+        content = handle.read(64).strip()
+    if content and not content.isdigit():
+        raise OutputError(lock, "exists and is not a gpseq lock file; refusing to use or remove it "
+                                "(move it, or choose another -o)")
+
+
 @contextlib.contextmanager
 def train_lock(output: Path):
     """Hold `OUTPUT.lock` (beside the model directory) for the whole training: a second training
@@ -88,6 +119,7 @@ def train_lock(output: Path):
     absolute = Path(os.path.abspath(output))
     lock = absolute.with_name(absolute.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)  # as the save would (checked writable before)
+    _check_lock_file(lock)
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:

@@ -59,6 +59,7 @@ class Checkpoints:
                 shutil.rmtree(scratch, ignore_errors=True)
             return
         from gpseq.corpora._atomic import swap_dir, temp_dir_beside
+        from gpseq.model_dir import check_checkpoint_target
 
         final = self.directory / "checkpoint"
         tmp = temp_dir_beside(final)
@@ -69,7 +70,7 @@ class Checkpoints:
                            "checkpoint_format": CHECKPOINT_FORMAT}, handle)
             if best_values is not None:
                 np.savez(tmp / "best.npz", *best_values)
-            swap_dir(tmp, final)
+            swap_dir(tmp, final, check=check_checkpoint_target)  # a user's directory of that name stays
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
