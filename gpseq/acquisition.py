@@ -141,7 +141,11 @@ def chain_scores(posterior, strategy: str, *, level: str = "token", paths: int =
         _, log_probs = posterior.nbest(2 if strategy == "margin" else 1)
         out = {"log_p1": log_probs[:, 0]}
         if strategy == "margin":
-            out["log_p2"] = log_probs[:, 1]  # −inf for a sentence with a single path
+            # the two paths come ranked by the mean potentials and carry their probabilities under
+            # the posterior's mixture of chains (R > 1: Monte Carlo draws), where the order can
+            # swap: the margin is between the more and the less probable of the two
+            out = {"log_p1": np.maximum(log_probs[:, 0], log_probs[:, 1]),
+                   "log_p2": np.minimum(log_probs[:, 0], log_probs[:, 1])}  # −inf for a single-path sentence
         return out
     if level == "token":
         per_chain = chain_token_marginals(posterior)  # [R, B, T, V]

@@ -137,6 +137,21 @@ def test_least_confidence_and_margin_against_enumeration():
         assert lc_normalised[b] == pytest.approx(1 - probs[0] ** (1 / lengths[b]), abs=1e-10)
 
 
+def test_margin_of_a_mixture_of_chains_is_between_its_two_paths_under_the_mixture():
+    # the two paths come from the mean potentials; under the mixture (Monte Carlo draws) the
+    # second can be the more probable: the margin is their probability gap, never above 1
+    posterior, unary, pairwise, lengths = random_chains(R=3, seed=0)
+    paths, _ = posterior.nbest(2)
+    margin = combine(chain_scores(posterior, "margin"), np.arange(len(lengths)), lengths, "margin", normalise=False)
+    swapped = 0
+    for b, (_, mixture, _, _) in enumerate(brute_force(posterior, unary, pairwise, lengths)):
+        first, second = (mixture[tuple(paths[b, k, : lengths[b]])] for k in range(2))
+        swapped += second > first
+        assert margin[b] == pytest.approx(1 - abs(first - second), abs=1e-10)
+        assert margin[b] <= 1
+    assert swapped  # the case this pins happens here
+
+
 def test_pieces_combine_as_documented():
     parts = {"sum": np.array([1.0, 2.0, 4.0])}
     assert combine(parts, np.array([0, 0, 1]), np.array([10, 4]), "bald", False).tolist() == [3.0, 4.0]
