@@ -1533,3 +1533,12 @@ def test_evaluate_plot_never_overwrites_an_input_the_model_or_a_file_that_is_not
         result = invoke("evaluate", model, gold, "--plot", written)
         assert result.exit_code == 0, result.stderr
         assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_from_standard_input_is_a_one_line_error(corpus, tmp_path):
+    before = snapshot(tmp_path)
+    result = invoke("train", "-", "-o", tmp_path / "model", *TINY, input=corpus.read_text(encoding="utf-8"))
+    assert result.exit_code == 2
+    assert one_line(result) == ("error: -: training needs a file, not - (standard input): a corpus is read more "
+                                "than once")
+    assert snapshot(tmp_path) == before

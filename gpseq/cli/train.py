@@ -14,6 +14,7 @@ from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, command, r
                               require_file, stderr, stdout, tagger_module)
 from gpseq.cli.config import ConfigOptions, build_config
 from gpseq.corpora.types import UNLABELLED
+from gpseq.errors import InputFormatError
 from gpseq.cli.outputs import check_train_outputs, train_lock
 
 
@@ -104,6 +105,9 @@ def train(
     from rich.table import Table
 
     for path in (train_corpus, dev, config):
+        if path is not None and str(path) == "-":
+            raise InputFormatError(path, None, "training needs a file, not - (standard input): a corpus is read "
+                                               "more than once")
         if path is not None:
             require_file(path)
     checkpoints = checkpoint_dir or output.with_name(output.name + ".ckpt")

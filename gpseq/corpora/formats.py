@@ -74,8 +74,17 @@ def _read_crfpp(source: Source, name: str, options: ReadOptions) -> Iterator[Sen
 
 @register_format("conllu", (".conllu",))
 def _read_conllu(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
-    """CoNLL-U (Universal Dependencies): FORM tokens, UPOS labels."""
-    return iter_conllu(source, label="upos" if options.labelled else None, encoding=options.encoding, name=name)
+    """CoNLL-U (Universal Dependencies): FORM tokens, UPOS labels (the default label column, or
+    column 3) or XPOS (column 4); any other column is an error, never silently UPOS."""
+    where = name if name is not None else (source if isinstance(source, (str, Path)) else "<stream>")
+    if options.token_column not in (0, 1):
+        raise InputFormatError(where, None, f"CoNLL-U tokens are the FORM column (1), not column "
+                                           f"{options.token_column}")
+    label = {-1: "upos", 3: "upos", 4: "xpos"}.get(options.label_column)
+    if options.labelled and label is None:
+        raise InputFormatError(where, None, f"CoNLL-U labels are UPOS (label column 3, the default) or XPOS "
+                                           f"(4), not column {options.label_column}")
+    return iter_conllu(source, label=label if options.labelled else None, encoding=options.encoding, name=name)
 
 
 @register_format("jsonl", (".jsonl",))
