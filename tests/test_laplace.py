@@ -674,3 +674,28 @@ def test_a_label_and_a_feature_only_the_carved_dev_split_holds_stay_in_the_model
     assert tagger.scores["dev_sentences"] == len(dev_ids) and tagger.scores["refit_sentences"] == len(sentences)
     (tagged,) = tagger.tag([["the", "Zyx", "sat"]])
     assert tagged.probabilities[1][tagger.labels.index("B-ORG")] > tagged.probabilities[0][tagger.labels.index("B-ORG")]
+
+
+def test_an_objective_evaluates_the_same_after_its_extended_objective_was_evaluated():
+    # the extended objective shares the original's [D, V] weight scratch array and writes a wider
+    # support into it: the original, evaluated after it, must not see those weights
+    rng = np.random.default_rng(1)
+    original = _synthetic(rng, n_seq=4, V=3, D=6, max_len=3)
+    D, V = original.rows.shape[1], 3
+    extra = SequenceData(sp.csr_matrix(np.eye(D)[1:]), np.arange(D, dtype=np.int64), np.arange(D - 1, dtype=np.int32) % V)
+    objective = NumpyChainObjective(original, V, dtype="float64")
+    extended = objective.extended(extra)
+    assert len(np.setdiff1d(extended.support, objective.support)) > 0  # pairs outside the original's support
+    b, p = rng.normal(size=V), rng.normal(size=(V, V))
+    w = np.zeros(D * V)
+    w[objective.support] = rng.normal(size=len(objective.support))
+    expected = 0.0  # −log p(y | x) by enumerating the label paths of each sentence
+    for n in range(len(original)):
+        low, high = original.offsets[n], original.offsets[n + 1]
+        paths, probs = _path_enumeration(b + original.rows[low:high].toarray() @ w.reshape(D, V), p)
+        expected -= np.log(probs[np.all(paths == original.label_ids[low:high], axis=1)][0])
+    first = objective.value_and_grad(b, w[objective.support], p)[0]
+    extended.value_and_grad(b, np.full(len(extended.support), 5.0), p)
+    again = objective.value_and_grad(b, w[objective.support], p)[0]
+    assert first == pytest.approx(expected, rel=1e-10)
+    assert again == pytest.approx(expected, rel=1e-10)

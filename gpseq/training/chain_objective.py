@@ -278,6 +278,24 @@ def _parts(data) -> list:
     return [data] if isinstance(data, SequenceData) else data
 
 
+class WeightScratch:
+    """The dense weights W `[D·V]` an objective writes its support's entries into at each evaluation,
+    shared with the objectives `extended` from it (W is as large as the corpus matrix's columns
+    times V): zero off the support of the last writer, so an objective evaluated after another
+    one with a wider support does not see that one's weights."""
+
+    def __init__(self, size: int, dtype):
+        self.flat, self.support = np.zeros(size, dtype), None
+
+    def write(self, support: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """W with `values` on `support` `[P]` and 0 elsewhere `[D·V]`."""
+        if self.support is not None and self.support is not support:
+            self.flat[self.support] = 0  # the other objective's weights (only when they alternate)
+        self.flat[support] = values
+        self.support = support
+        return self.flat
+
+
 class NumpyChainObjective:
     """The corpus objective on NumPy/SciPy in `dtype` (sums in float64 but W's gradient and Fisher,
     accumulated over the chunks in one `dtype` array `[D, V]`), summed over chunks of at
@@ -327,7 +345,7 @@ class NumpyChainObjective:
         if not self.n_tokens:
             raise ValueError("the corpus objective needs at least one labelled token")
         self.support = np.unique(np.concatenate(pairs))
-        self._dense = np.zeros(self.num_features * V, dtype)
+        self._scratch = WeightScratch(self.num_features * V, dtype)
         self._sums = None  # [D, V] `dtype`: W's gradient or Fisher, summed over the chunks (`_summed`)
 
     def extended(self, data) -> "NumpyChainObjective":
@@ -341,7 +359,7 @@ class NumpyChainObjective:
         both.chunks, both.n_tokens = self.chunks + more.chunks, self.n_tokens + more.n_tokens
         both.support = np.union1d(self.support, more.support)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
-        both._dense, more._dense = self._dense, None  # one [D, V] scratch array for the weights
+        both._scratch, more._scratch = self._scratch, None  # one [D, V] scratch array for the weights
         both._sums, more._sums = self._sums, None  # and one for the sums (made at the first evaluation)
         return both
 
@@ -367,8 +385,7 @@ class NumpyChainObjective:
         self.chunks = []
 
     def _weights(self, w_support):
-        self._dense[self.support] = w_support
-        return self._dense.reshape(self.num_features, self.num_labels)
+        return self._scratch.write(self.support, w_support).reshape(self.num_features, self.num_labels)
 
     def _summed(self, method: str, b, w_support, p) -> tuple:
         """The chunks' `method` summed, W's part (accumulated in one [D, V] array) on the support
