@@ -699,3 +699,33 @@ def test_an_objective_evaluates_the_same_after_its_extended_objective_was_evalua
     again = objective.value_and_grad(b, w[objective.support], p)[0]
     assert first == pytest.approx(expected, rel=1e-10)
     assert again == pytest.approx(expected, rel=1e-10)
+
+
+def _quick_config(seed=0):
+    """The default training's config on one prior, with a small iteration budget."""
+    from gpseq.tagger import TaggerConfig
+
+    config = TaggerConfig()
+    config.training.prior_variance_grid, config.training.l1_grid = [4.0], [0.3]
+    config.training.pairwise_variance_grid = [1.0]
+    config.training.max_iterations, config.training.seed = 20, seed
+    return config
+
+
+def test_cross_fitting_is_decided_on_the_dev_sentences_it_can_train_on():
+    # 2 training + 4 dev sentences are the 2 · 3 that 3 folds need, but a dev sentence with a label
+    # the model does not know cannot be trained on: with one in each, 2 sentences are left (no
+    # cross-fitting; the dev split's known tokens still rank and calibrate)
+    from gpseq.training.batching import UNKNOWN_LABEL_ID
+    from gpseq.training.prior_path import train_laplace
+
+    sentences, featurizer, labels, data_of = _sample_problem()
+    config = _quick_config()
+    train, dev = data_of(sentences[:2]), data_of(sentences[2:6])
+    unknown = dev.label_ids.copy()
+    unknown[dev.offsets[:-1]] = UNKNOWN_LABEL_ID
+    _, scores = train_laplace(config, featurizer, len(labels), train, SequenceData(dev.rows, dev.offsets, unknown))
+    assert "cross_fit_folds" not in scores and scores["refit_sentences"] == 2
+    _, clean = train_laplace(config, featurizer, len(labels), train, dev)
+    assert clean["cross_fit_folds"] == 3 and clean["refit_sentences"] == 6
+

@@ -144,7 +144,8 @@ class PathChoice:
 
 def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
     """Whether the default training cross-fits: a small corpus (train + dev within
-    `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds."""
+    `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds.
+    `dev_data`: the dev sentences it can train on (no label unknown to the model)."""
     if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
         return False
     tokens = data.n_tokens + dev_data.n_tokens
@@ -192,16 +193,16 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             warm = path_fit(objective, number, prior, warm)
         return warm
 
-    crossfit = cross_fitting(tcfg, data, dev_data)
-    if crossfit or has_dev and tcfg.refit_with_dev:
+    trainable_dev = None
+    if has_dev:
         # sentences of dev with a label train never saw cannot be trained on (unlabelled tokens can)
         clean = np.add.reduceat((dev_data.label_ids == UNKNOWN_LABEL_ID).astype(np.int64), dev_data.offsets[:-1]) == 0
-        combined = [data, dev_data.subset(np.flatnonzero(clean))]  # the parts of one objective
-        refit_sentences = len(data) + len(combined[1])
+        trainable_dev = dev_data.subset(np.flatnonzero(clean))
+    crossfit = cross_fitting(tcfg, data, trainable_dev)
     scores: dict = {"method": "laplace"}
     if crossfit:
         # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
-        combined = concatenate(*combined)
+        combined = concatenate(data, trainable_dev)
         folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
         total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (walk - 1) * refit * (init is not None)
         objectives = [NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
@@ -255,11 +256,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         if has_dev and tcfg.refit_with_dev:
             # the held-out split has served (prior, calibration); the final weights see it too
             total += refit
-            if (combined[1].label_ids >= 0).any():  # its chunks and the dev split's
-                objective = objective.extended(combined[1])
+            if (trainable_dev.label_ids >= 0).any():  # its chunks and the dev split's
+                objective = objective.extended(trainable_dev)
             chosen = fit(objective, prior, refit, chosen)
             iterations.extend(chosen.report.iterations)
-            scores["refit_sentences"] = refit_sentences
+            scores["refit_sentences"] = len(data) + len(trainable_dev)
         objective.close()
     scores.update(prior_variance=prior[0], l1=prior[1], pairwise_prior_variance=prior[2],
                   prior_variances=report.prior_variances,
