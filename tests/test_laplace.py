@@ -729,3 +729,42 @@ def test_cross_fitting_is_decided_on_the_dev_sentences_it_can_train_on():
     _, clean = train_laplace(config, featurizer, len(labels), train, dev)
     assert clean["cross_fit_folds"] == 3 and clean["refit_sentences"] == 6
 
+
+def test_cross_fitting_folds_each_train_on_a_labelled_sentence_of_a_partially_annotated_corpus():
+    from gpseq.corpora.splits import kfold_indices
+    from gpseq.training.batching import UNLABELLED_ID
+    from gpseq.training.prior_path import train_laplace
+
+    # the folds, by brute force over small cases: every index held out once, sizes within 1, each
+    # fold's training part with a labelled index when two or more are, all labelled: the plain folds
+    rng = np.random.default_rng(0)
+    for n, k, seed in itertools.product(range(2, 13), range(2, 6), range(4)):
+        if k > n:
+            continue
+        labelled = rng.random(n) < rng.random()
+        folds = kfold_indices(n, k, seed, labelled=labelled)
+        held = np.concatenate([test for _, test in folds])
+        assert sorted(held.tolist()) == list(range(n))
+        sizes = [len(test) for _, test in folds]
+        assert max(sizes) - min(sizes) <= 1
+        for inside, test in folds:
+            assert sorted(np.concatenate([inside, test]).tolist()) == list(range(n))
+            assert labelled.sum() < 2 or labelled[inside].any()
+        plain = kfold_indices(n, k, seed)
+        for (inside, test), (plain_inside, plain_test) in zip(kfold_indices(n, k, seed, labelled=np.ones(n, bool)), plain):
+            np.testing.assert_array_equal(test, plain_test)
+            np.testing.assert_array_equal(inside, plain_inside)
+
+    # 1 labelled + 5 unlabelled training sentences, 2 labelled dev sentences: cross-fitted over the 8
+    # at a seed whose shuffled folds would hold out all 3 labelled sentences at once
+    sentences, featurizer, labels, data_of = _sample_problem()
+    train, dev = data_of(sentences[:6]), data_of(sentences[6:8])
+    partial = train.label_ids.copy()
+    partial[train.offsets[1]:] = UNLABELLED_ID
+    labelled = np.isin(np.arange(8), [0, 6, 7])
+    seed = next(seed for seed in range(1000)
+                if any(labelled[test].sum() == 3 for _, test in kfold_indices(8, 3, seed)))
+    _, scores = train_laplace(_quick_config(seed), featurizer, len(labels),
+                              SequenceData(train.rows, train.offsets, partial), dev)
+    assert scores["cross_fit_folds"] == 3 and scores["refit_sentences"] == 8
+

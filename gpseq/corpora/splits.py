@@ -7,15 +7,26 @@ import numpy as np
 from gpseq.errors import ConfigError
 
 
-def kfold_indices(n: int, k: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def kfold_indices(n: int, k: int, seed: int = 0,
+                  labelled: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """k (train_idx, test_idx) pairs over range(n): a seeded shuffle cut into k folds (sizes differ ≤ 1).
 
     Every index is in exactly one test fold; both arrays are sorted int64. Same (n, k, seed), same folds.
+    `labelled` `[n]` bool (a partially annotated corpus: the sentences with a labelled token): those
+    and the others are cut into the k folds apart (each fold gets ⌊m/k⌋ or ⌈m/k⌉ of the m labelled
+    ones), so that with two or more labelled, every fold's train_idx has one; all True: the same
+    folds as without.
     """
     if not 2 <= k <= n:
         raise ConfigError(f"k-fold needs 2 <= k <= n, got k={k}, n={n}")
     order = np.random.default_rng(seed).permutation(n)
-    folds = np.array_split(order, k)
+    if labelled is None:
+        folds = np.array_split(order, k)
+    else:
+        first = np.asarray(labelled, bool)[order]
+        # the others' larger blocks go to the folds with the labelled ones' smaller: sizes within 1
+        folds = [np.concatenate(pair) for pair in zip(np.array_split(order[first], k),
+                                                      np.array_split(order[~first], k)[::-1])]
     out = []
     for test in folds:
         mask = np.ones(n, dtype=bool)

@@ -142,14 +142,22 @@ class PathChoice:
         return not better
 
 
-def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> bool:
-    """Whether the default training cross-fits: a small corpus (train + dev within
-    `cross_fit_tokens`) that has a dev split to calibrate on and enough sentences for the folds.
+def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> tuple[SequenceData, list] | None:
+    """The sentences (train + dev) and folds (`kfold_indices`) the default training cross-fits over,
+    or None: a small corpus (train + dev within `cross_fit_tokens`) that has a dev split to
+    calibrate on and enough sentences for the folds, two or more of them with a labelled token (a
+    partially annotated corpus: one in each fold's training part, `kfold_indices(labelled=...)`).
     `dev_data`: the dev sentences it can train on (no label unknown to the model)."""
     if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
-        return False
+        return None
     tokens = data.n_tokens + dev_data.n_tokens
-    return tokens <= training.cross_fit_tokens and len(data) + len(dev_data) >= 2 * training.cross_fit_folds
+    if tokens > training.cross_fit_tokens or len(data) + len(dev_data) < 2 * training.cross_fit_folds:
+        return None
+    combined = concatenate(data, dev_data)
+    labelled = np.add.reduceat((combined.label_ids >= 0).astype(np.int64), combined.offsets[:-1]) > 0
+    if labelled.sum() < 2:
+        return None
+    return combined, kfold_indices(len(combined), training.cross_fit_folds, seed=training.seed, labelled=labelled)
 
 
 def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None):
@@ -202,8 +210,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     scores: dict = {"method": "laplace"}
     if crossfit:
         # choose the prior and calibrate on the out-of-fold predictions of fits on the other folds
-        combined = concatenate(data, trainable_dev)
-        folds = kfold_indices(len(combined), tcfg.cross_fit_folds, seed=tcfg.seed)
+        combined, folds = crossfit
         total = int(len(folds) * FOLD_BUDGET_SHARE * total) + budget + (walk - 1) * refit * (init is not None)
         objectives = [NumpyChainObjective(combined.subset(inside), num_labels, dtype=config.dtype)
                       for inside, _ in folds]
