@@ -768,3 +768,32 @@ def test_cross_fitting_folds_each_train_on_a_labelled_sentence_of_a_partially_an
                               SequenceData(train.rows, train.offsets, partial), dev)
     assert scores["cross_fit_folds"] == 3 and scores["refit_sentences"] == 8
 
+
+def test_a_dev_split_without_a_known_labelled_token_is_no_dev_split(caplog):
+    # every dev token's label unknown to the model or `?`: nothing to rank priors or calibrate on —
+    # the first prior of the grid, T = 1 and α = 1 (the no-dev path), one warning
+    import logging
+
+    from gpseq.training.batching import UNKNOWN_LABEL_ID, UNLABELLED_ID
+    from gpseq.training.prior_path import train_laplace
+
+    sentences, featurizer, labels, data_of = _sample_problem()
+    config = _quick_config()
+    config.training.prior_variance_grid, config.training.l1_grid = [4.0, 16.0], [0.3, 0.0]
+    config.training.pairwise_variance_grid = [2.0, 8.0]
+    train, dev = data_of(sentences[:40]), data_of(sentences[40:48])
+    unusable = np.where(np.arange(dev.n_tokens) % 2, UNKNOWN_LABEL_ID, UNLABELLED_ID).astype(np.int32)
+    with caplog.at_level(logging.WARNING):
+        state, scores = train_laplace(config, featurizer, len(labels), train,
+                                      SequenceData(dev.rows, dev.offsets, unusable))
+    assert len([record for record in caplog.records if record.levelno >= logging.WARNING]) == 1
+    assert (scores["prior_variance"], scores["l1"], scores["pairwise_prior_variance"]) == (4.0, 0.3, 2.0)
+    assert "calibration" not in scores and "dev_token_nll_by_prior" not in scores
+    assert float(state["var:temperature"]) == 1.0 and float(state["var:variance_scale"]) == 1.0
+
+    # calibration on no labelled token: the prior on log T alone, flat in α — α stays where it starts
+    rng = np.random.default_rng(0)
+    mean, variance = rng.normal(size=(6, 3)), rng.uniform(0.1, 2.0, size=(6, 3))
+    fitted = fit_calibration(mean, variance, rng.normal(size=(3, 3)), rng.uniform(0.1, 1.0, size=(3, 3)),
+                             np.full(6, UNKNOWN_LABEL_ID), np.array([0, 2, 6]))
+    assert fitted["variance_scale"] == pytest.approx(1e-5) and fitted["temperature"] == pytest.approx(1.0)

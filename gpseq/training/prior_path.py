@@ -12,6 +12,7 @@ and refits it on train + dev. The step budget is L-BFGS's, not a number of epoch
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -26,6 +27,7 @@ from gpseq.training.laplace import LaplaceFit, average_fit, calibrate, fit_lapla
 # calibrate (small-scale protocol, 5 seeded folds x 4 sets: the same choices, T within 0.01 and
 # test NLL within 0.0004 of full budgets, at 40 % of the cost)
 FOLD_BUDGET_SHARE = 0.4
+log = logging.getLogger("gpseq.training")
 
 
 def concatenate(*parts) -> SequenceData:
@@ -167,6 +169,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     groups, names = featurizer.column_groups()
     budget = tcfg.max_steps or tcfg.max_iterations
     refit = max(1, budget // 3)
+    if dev_data is not None and len(dev_data) > 0 and not (dev_data.label_ids >= 0).any():
+        # every candidate would score 0 on it and calibration would fit the prior on log T alone
+        log.warning("no token of the dev split (%d sentences) has a label the model knows: trained as "
+                    "without a dev split (the first prior of the grid, no calibration)", len(dev_data))
+        dev_data = None
     has_dev = dev_data is not None and len(dev_data) > 0
     variances, strengths, pairwise = prior_grid(tcfg, mcfg, has_dev)
     walk = len(strengths) + len(variances) + len(pairwise) - 2  # the most priors `choose_prior` fits
