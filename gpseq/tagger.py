@@ -138,7 +138,14 @@ class Tagger:
 
             dev_ids = train_dev_split(counted.sentences, tcfg.dev_fraction, seed=tcfg.seed,
                                       max_dev=tcfg.dev_max_sentences)[1]
-        train, held_out = corpus_passes.split(train, counted, dev_ids)
+        corpus = train
+        train, held_out = corpus_passes.split(corpus, counted, dev_ids)
+        if dev_ids is not None and partial is not None and not any(
+                label != UNLABELLED for sentence in train for label in sentence.labels):
+            # a partially annotated corpus whose labelled sentences the dev split took, all of them:
+            # nothing would be left to train on, so no dev split
+            dev_ids = None
+            train, held_out = corpus_passes.split(corpus, counted, None)
         dev = held_out if dev_ids is not None else dev
         seen: set = set()
         # the vocabulary and the label set: of the training corpus, the dev split carved from it

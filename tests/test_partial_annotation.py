@@ -402,3 +402,23 @@ def test_an_extended_objective_equals_the_objective_of_the_concatenated_corpus(t
     assert np.isfinite(base.value_and_grad(b, np.zeros(len(base.support)), p)[0])  # still usable
     extended.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_carved_dev_split_that_would_take_every_labelled_sentence_is_not_carved():
+    # 1 labelled sentence and 9 all-? ones, the labelled one where the default dev split falls:
+    # training on the other 9 would have no labelled token, so there is no dev split
+    from gpseq import Tagger
+    from gpseq.config import TaggerConfig
+    from gpseq.corpora import Sentence
+    from gpseq.corpora.splits import train_dev_split
+    from gpseq.features import get_preset
+
+    config = TaggerConfig(features=get_preset("ner"))
+    sentences = [Sentence([f"w{i}", f"x{i}"], ["?", "?"]) for i in range(10)]
+    dev_ids = train_dev_split(len(sentences), config.training.dev_fraction, seed=config.training.seed,
+                              max_dev=config.training.dev_max_sentences)[1]
+    assert len(dev_ids) == 1
+    sentences[int(dev_ids[0])] = Sentence(["the", "cat"], ["B-NP", "I-NP"])
+    tagger = Tagger.train(sentences, config)
+    assert tagger.labels == ["B-NP", "I-NP"]
+    assert tagger.scores["dev_sentences"] == 0 and tagger.scores["train_sentences"] == 10
