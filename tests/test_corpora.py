@@ -423,11 +423,11 @@ def test_conllu_label_column_chooses_upos_or_xpos_and_any_other_column_is_an_err
     assert read_corpus(path)[0].labels == ["VERB", "PRON", "ADP", "DET", "NOUN", "PUNCT"]
     assert read_corpus(path, label_column=3)[0].labels == read_corpus(path)[0].labels
     assert read_corpus(path, label_column=4)[0].labels == ["VM", "PP", "SP", "DA", "NC", "Fp"]  # XPOS
-    for settings, problem in (({"label_column": 7}, "CoNLL-U labels are UPOS (label column 3, the default) or "
-                                                    "XPOS (4), not column 7"),
-                              ({"token_column": 2}, "CoNLL-U tokens are the FORM column (1), not column 2")):
+    for columns, problem in (({"label_column": 7}, "CoNLL-U labels are UPOS (label column 3, the default) or "
+                                                   "XPOS (4), not column 7"),
+                             ({"token_column": 2}, "CoNLL-U tokens are the FORM column (1), not column 2")):
         with pytest.raises(InputFormatError) as error:
-            read_corpus(path, **settings)
+            read_corpus(path, **columns)
         assert str(error.value) == f"{path}: {problem}"
 
 
