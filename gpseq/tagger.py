@@ -154,9 +154,11 @@ class Tagger:
         # lost because the random dev split took the one sentence that has it. A --dev file of the
         # user's adds none (`cli.train.warn_dev_only_labels`).
         vocabulary = corpus_passes.labelled(train, seen)
-        cross_fits = tcfg.cross_fit_folds >= 2 and counted.tokens <= tcfg.cross_fit_tokens  # (`prior_path.cross_fitting`)
-        if method == "laplace" and dev_ids is not None and (tcfg.refit_with_dev or cross_fits):
-            vocabulary = itertools.chain(vocabulary, corpus_passes.labelled(dev, seen))
+        if method == "laplace" and dev_ids is not None:
+            from gpseq.training.prior_path import final_fit_sees_dev
+
+            if final_fit_sees_dev(tcfg, counted.tokens):
+                vocabulary = itertools.chain(vocabulary, corpus_passes.labelled(dev, seen))
         featurizer = Featurizer(config.features).fit(vocabulary)
         labels = sorted(seen - {UNLABELLED})
         if not labels:

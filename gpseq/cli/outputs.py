@@ -91,12 +91,12 @@ def _check_lock_file(lock: Path) -> None:
     PID line (a lock left by a killed training) — a user's file of that name is never taken."""
     if not os.path.lexists(lock):
         return
-    if lock.is_symlink() or not lock.is_file():
-        raise OutputError(lock, "exists and is not a gpseq lock file; refusing to use or remove it "
-                                "(move it, or choose another -o)")
-    with open(lock, "rb") as handle:
-        content = handle.read(64).strip()
-    if content and not content.isdigit():
+    ours = lock.is_file() and not lock.is_symlink()
+    if ours:
+        with open(lock, "rb") as handle:
+            content = handle.read(64).strip()
+        ours = not content or content.isdigit()
+    if not ours:
         raise OutputError(lock, "exists and is not a gpseq lock file; refusing to use or remove it "
                                 "(move it, or choose another -o)")
 

@@ -144,16 +144,28 @@ class PathChoice:
         return not better
 
 
+def small_corpus(training, tokens: int) -> bool:
+    """Whether train + dev of `tokens` tokens is small enough for the default training to cross-fit
+    over it (`cross_fit_tokens`, `cross_fit_folds`)."""
+    return training.cross_fit_folds >= 2 and tokens <= training.cross_fit_tokens
+
+
+def final_fit_sees_dev(training, tokens: int) -> bool:
+    """Whether the default training's final weights train on a dev split (of a corpus of `tokens`
+    tokens with it): by the refit on train + dev, or by cross-fitting over both."""
+    return training.refit_with_dev or (training.calibrate and small_corpus(training, tokens))
+
+
 def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -> tuple[SequenceData, list] | None:
     """The sentences (train + dev) and folds (`kfold_indices`) the default training cross-fits over,
     or None: a small corpus (train + dev within `cross_fit_tokens`) that has a dev split to
     calibrate on and enough sentences for the folds, two or more of them with a labelled token (a
     partially annotated corpus: one in each fold's training part, `kfold_indices(labelled=...)`).
     `dev_data`: the dev sentences it can train on (no label unknown to the model)."""
-    if dev_data is None or len(dev_data) == 0 or not training.calibrate or training.cross_fit_folds < 2:
+    if dev_data is None or len(dev_data) == 0 or not training.calibrate:
         return None
-    tokens = data.n_tokens + dev_data.n_tokens
-    if tokens > training.cross_fit_tokens or len(data) + len(dev_data) < 2 * training.cross_fit_folds:
+    if not small_corpus(training, data.n_tokens + dev_data.n_tokens) or \
+            len(data) + len(dev_data) < 2 * training.cross_fit_folds:
         return None
     combined = concatenate(data, dev_data)
     labelled = np.add.reduceat((combined.label_ids >= 0).astype(np.int64), combined.offsets[:-1]) > 0
