@@ -92,6 +92,10 @@ class TagOptions:
             raise ConfigError(f"abstain_below must be a probability in [0, 1], got {abstain_below}")
         if decode == "span-f1" and scheme is None:
             raise ConfigError("decode span-f1 needs chunk labels; this model's labels are not chunk labels")
+        if decode == "span-f1" and "O" not in scheme.labels:
+            # the chosen chunks need not cover every token, and such a token has no label to render it
+            raise ConfigError("decode span-f1 needs an outside label O to leave tokens out of chunks; this "
+                              "model has none (every token is in a chunk): use viterbi or max-marginal")
         return cls(decode, spans, nbest, abstain_below, scheme)
 
     @property

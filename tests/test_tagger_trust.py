@@ -137,6 +137,20 @@ def test_span_f1_decoding_returns_consistent_chunks(chunker):
         assert [s[3] for s in result.spans] == pytest.approx(exact, abs=1e-6)  # float32 potentials, other batch
 
 
+def test_span_f1_decoding_without_an_outside_label_is_a_clear_error():
+    """A segmentation model (B and I only, every token in a chunk) has no label for a token the
+    expected-F1 chunks leave out: span-f1 decoding is refused by name (it was a KeyError 'O')."""
+    from gpseq.errors import ConfigError
+
+    words = ["ab", "c", "de", "f", "gh", "i"]
+    train = [Sentence(words[i:] + words[:i], ["B", "I"] * 3) for i in range(6)]
+    tagger = Tagger.train(train, TaggerConfig(features=get_preset("segmentation")))
+    assert tagger.labels == ["B", "I"] and tagger.span_scheme is not None
+    assert len(tagger.tag(train[:2], decode="max-marginal")) == 2
+    with pytest.raises(ConfigError, match="outside label O"):
+        tagger.tag(train[:2], decode="span-f1")
+
+
 @pytest.mark.parametrize("K", [1, 2])
 def test_compiled_monte_carlo_path_probability_equals_the_numpy_estimator(K):
     """`predict.mc_log_prob` (TensorFlow) and `ChainPosterior.path_log_probs` give the same
