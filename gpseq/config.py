@@ -22,13 +22,22 @@ class TaggerConfig:
     predictive: str = "deterministic"  # marginals: "deterministic" (probit-scaled potentials, one
     # forward–backward) | "mc" (average over `predict_samples` draws of f); both calibrated by T, α
     predict_samples: int = 16  # S, Monte Carlo samples of f for the calibrated marginals
-    decode: str = "viterbi"  # "viterbi" (on the posterior-mean potentials) | "max-marginal" | "span-f1"
+    decode: str = "auto"  # "viterbi" (on the posterior-mean potentials) | "max-marginal" | "span-f1" |
+    # "auto": the default training keeps viterbi or max-marginal, whichever scores higher (chunk F1 for
+    # chunk labels, else token accuracy) on the held-out predictions it calibrates on, and saves that
+    # (`tagging.choose_decoder`); viterbi where nothing was held out
     dtype: str = "float32"
     # a sentence longer than predict_max_tokens is tagged in windows of that many tokens, each
     # token's results taken from a window where it has >= predict_overlap tokens of context on
     # either side (see `Tagger.tag`): memory bounded whatever the sentence length
     predict_max_tokens: int = 1000
     predict_overlap: int = 50
+
+    @property
+    def decoder(self) -> str:
+        """The decoder tagging uses unless told: `decode`, with "auto" (a model trained without a
+        held-out choice) as viterbi."""
+        return "viterbi" if self.decode == "auto" else self.decode
 
     def to_dict(self) -> dict:
         return {
@@ -79,8 +88,8 @@ class TaggerConfig:
             raise ConfigError(f'training.method "laplace" fits the exact chain, not likelihood '
                               f'{self.model.likelihood!r}; use training.method "svi" for other likelihoods')
         self.training.validate()
-        if self.decode not in ("viterbi", "max-marginal", "span-f1"):
-            raise ConfigError(f"decode must be viterbi, max-marginal or span-f1, got {self.decode!r}")
+        if self.decode not in ("auto", "viterbi", "max-marginal", "span-f1"):
+            raise ConfigError(f"decode must be auto, viterbi, max-marginal or span-f1, got {self.decode!r}")
         if self.dtype not in ("float32", "float64"):
             raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}")
         if self.predictive not in ("deterministic", "mc"):

@@ -217,7 +217,7 @@ class GpseqComponent:
         if sequences:
             # transform_docs reads len() and the tokens of each item, so token lists stand in for Docs.
             matrix = tagger.featurizer.transform_docs(sequences)
-            decode = self.decode or tagger.config.decode
+            decode = self.decode or tagger.config.decoder
             for ids, marginals, paths, _, *rest in tagger.predict_features(
                 matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed,
                 max_tokens=self.max_tokens, chains=self.task != "tag",

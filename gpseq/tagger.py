@@ -48,6 +48,15 @@ def _as_sentences(sentences: Iterable) -> list[Sentence]:
     return out
 
 
+
+def _decode_resolved(config: TaggerConfig, chosen: str | None) -> TaggerConfig:
+    """The config a trained tagger keeps: decode "auto" replaced by the training's choice (viterbi
+    without one)."""
+    import dataclasses
+
+    return dataclasses.replace(config, decode=chosen or "viterbi") if config.decode == "auto" else config
+
+
 class Tagger:
     """A trained sparse structured GP tagger with its featuriser and label set."""
 
@@ -177,14 +186,21 @@ class Tagger:
                 from gpseq.warm_start import calibration_arrays, map_start
 
                 start = map_start(init, featurizer, labels)
-            arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start)
+            choose = None
+            if saved_config.decode == "auto":
+                from gpseq.tagging import choose_decoder
+
+                choose = lambda decodes: choose_decoder(decodes, labels, config.tag_scheme)  # noqa: E731
+            arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start,
+                                           choose_decode=choose)
             scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
             if partial is not None:
                 scores["unlabelled_tokens"] = counted.unlabelled_tokens
             if init is not None:
                 arrays.update(calibration_arrays(init, config.dtype))
                 scores.update(warm_start=True, calibration=init.scores.get("calibration"))
-            return cls(saved_config, featurizer, labels, arrays, scores)
+                scores.setdefault("decode", init.config.decoder)  # with its calibration, its decoder
+            return cls(_decode_resolved(saved_config, scores.get("decode")), featurizer, labels, arrays, scores)
         if init is not None:
             raise ConfigError("init (warm start) needs the default training (weight-space linear chain, "
                               f"method laplace); this configuration trains by {method}")
@@ -192,7 +208,7 @@ class Tagger:
 
         train = list(train)
         data = cls._sequence_data(featurizer, train, label_index)
-        tagger = train_svi(cls, config, featurizer, labels, data, dev, callbacks=callbacks,
+        tagger = train_svi(cls, _decode_resolved(config, None), featurizer, labels, data, dev, callbacks=callbacks,
                            checkpoint_dir=checkpoint_dir, resume=resume)
         tagger.scores.update(train_sentences=len(train), dev_sentences=len(dev or []))
         return tagger
@@ -315,7 +331,7 @@ class Tagger:
         exact and log Z is approximated by the windows' (exact for the chain if the windows'
         distributions were the whole sentence's)."""
         sentences = _as_sentences(sentences)
-        options = TagOptions.checked(decode or self.config.decode, spans, nbest, abstain_below, self.span_scheme)
+        options = TagOptions.checked(decode or self.config.decoder, spans, nbest, abstain_below, self.span_scheme)
         results: list[TaggedSentence | None] = [None] * len(sentences)
         for ids, marg, path, logp, *rest in self.predict_batches(sentences, samples=samples, mean=mean,
                                                                  batch_size=batch_size, max_tokens=max_tokens,

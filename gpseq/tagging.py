@@ -189,6 +189,36 @@ def span_f1_decode(scheme, label_index: dict[str, int], posterior, lengths):
     return found, best
 
 
+def choose_decoder(decodes, labels: list[str], tag_scheme: str) -> tuple[str, dict]:
+    """The decoder a trained model uses by default (`TaggerConfig.decode` "auto"): viterbi or
+    max-marginal, whichever scores higher on held-out predictions — `decodes`, per part (gold label
+    ids, each token's most probable label, the Viterbi path, offsets) as
+    `training.calibration.held_out_decodes` gives them — by chunk F1 (conlleval) for chunk labels
+    of `tag_scheme`, else by token accuracy; viterbi on a tie. A sentence with a token whose gold
+    label is unknown (partial annotation) is left out. Returns (decoder, the two scores)."""
+    from gpseq.corpora.schemes import is_chunk_labelling
+    from gpseq.metrics import chunk_scores
+
+    chunked = is_chunk_labelling(labels, tag_scheme)
+    gold, by = [], {"viterbi": [], "max-marginal": []}
+    for gold_ids, best, path, offsets in decodes:
+        for low, high in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            if high > low and (gold_ids[low:high] >= 0).all():
+                gold.append(gold_ids[low:high])
+                by["viterbi"].append(path[low:high])
+                by["max-marginal"].append(best[low:high])
+    if not gold:
+        return "viterbi", {}
+    if chunked:
+        names = lambda rows: [[labels[i] for i in row] for row in rows]  # noqa: E731
+        score = {name: chunk_scores(names(gold), names(rows), tag_scheme).overall.f1 for name, rows in by.items()}
+    else:
+        flat = np.concatenate(gold)
+        score = {name: float(np.mean(np.concatenate(rows) == flat)) for name, rows in by.items()}
+    chosen = "max-marginal" if score["max-marginal"] > score["viterbi"] else "viterbi"
+    return chosen, {"metric": "chunk_f1" if chunked else "token_accuracy", "sentences": len(gold), **score}
+
+
 def given_span_probabilities(scheme, tag_scheme: str, sentences: Sequence, spans, posteriors) -> list[list[float]]:
     """P(span | X) of user-given spans (`Tagger.span_probabilities`): `spans[s]` = [(type, start, end
     exclusive)] of sentence s; `posteriors` yields (sentence ids, `ChainPosterior`) over batches."""

@@ -190,7 +190,7 @@ def test_select_is_deterministic_under_a_seed_and_scores_are_the_strategy(traine
         assert pool[item.index] is item.sentence
     # least-confidence: 1 − P(Viterbi path) of the deterministic predictive, as Tagger.tag scores the path
     scores = score_sentences(tagger, pool[:20], "least-confidence")
-    tagged = tagger.tag(pool[:20])
+    tagged = tagger.tag(pool[:20], decode="viterbi")  # the best path, whichever decoder the model keeps
     np.testing.assert_allclose(scores, [1 - np.exp(t.sequence_log_prob) for t in tagged], atol=2e-3)
     # random: a permutation that depends on the seed only
     a, b = (tagger.select(pool, 100, "random", seed=s, max_similarity=1.0, tag=False) for s in (1, 2))
@@ -261,7 +261,10 @@ def test_train_with_init_is_a_warm_started_round(trained):
     warm = Tagger.train(train[:160], config, init=tagger)
     assert warm.scores["warm_start"] and warm.scores["train_sentences"] == 160
     assert len(warm.scores["lbfgs_iterations"]) == 1
-    assert warm.config.to_dict() == config.to_dict()  # the saved configuration is the user's
+    # the saved configuration is the user's, its decode "auto" resolved to the previous tagger's decoder
+    # (kept with its calibration)
+    assert {**warm.config.to_dict(), "decode": "auto"} == config.to_dict()
+    assert warm.config.decode == tagger.config.decode == warm.scores["decode"] != "auto"
     from gpseq.warm_start import previous_arrays
 
     assert float(previous_arrays(warm)["var:temperature"]) == pytest.approx(

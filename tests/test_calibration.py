@@ -99,3 +99,36 @@ def test_brent_on_a_smooth_function_matches_scipy_in_few_evaluations(seed):
     assert len(calls) <= 10
     assert x == pytest.approx(np.arctanh(slope), abs=0.002)
     assert x == pytest.approx(minimize_scalar(f, bounds=(-2.0, 2.0), method="bounded").x, abs=0.002)
+
+
+def test_held_out_decodes_match_enumeration_of_every_label_path():
+    """`held_out_decodes` against brute force on short chains: each token's most probable label
+    under the calibrated predictive (marginals by summing every path's probability) and the
+    highest-scoring path of the posterior-mean potentials, in corpus order; gold passes through."""
+    import itertools
+
+    from gpseq.training.calibration import calibrated_potentials, held_out_decodes
+
+    rng = np.random.default_rng(5)
+    V, lengths = 3, [4, 1, 3]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    N = offsets[-1]
+    mean, variance = rng.normal(size=(N, V)) * 2.0, rng.gamma(1.0, 1.0, size=(N, V))
+    pair_mean, pair_variance = rng.normal(size=(V, V)) * 1.5, rng.gamma(1.0, 0.5, size=(V, V))
+    gold = rng.integers(-1, V, size=N)
+    alpha, temperature = 0.3, 1.4
+    (out_gold, best, path, out_offsets), = held_out_decodes(
+        [(mean, variance, pair_mean, pair_variance, gold, offsets)], alpha, temperature)
+    unary, pairwise = calibrated_potentials(mean, variance, pair_mean, pair_variance, alpha, temperature)
+    for low, high in zip(offsets[:-1], offsets[1:]):
+        paths = list(itertools.product(range(V), repeat=high - low))
+        score = lambda y, u, p: sum(u[low + t, y[t]] for t in range(len(y))) + sum(  # noqa: E731
+            p[y[t], y[t + 1]] for t in range(len(y) - 1))
+        weights = np.exp([score(y, unary, pairwise) for y in paths])
+        marginals = np.zeros((high - low, V))
+        for y, w in zip(paths, weights):
+            marginals[np.arange(high - low), list(y)] += w
+        assert list(best[low:high]) == list(marginals.argmax(1))
+        viterbi = max(paths, key=lambda y: score(y, mean, pair_mean))
+        assert list(path[low:high]) == list(viterbi)
+    assert np.array_equal(out_gold, gold) and np.array_equal(out_offsets, offsets)

@@ -176,3 +176,44 @@ def test_compiled_monte_carlo_path_probability_equals_the_numpy_estimator(K):
         np.testing.assert_allclose(ours, posterior.path_log_probs(labels, bias_corrected=corrected), atol=1e-10)
     plain = posterior.path_log_probs(labels)
     assert np.all(posterior.path_log_probs(labels, bias_corrected=True) >= plain)
+
+
+def test_choose_decoder_scores_each_decoder_by_hand():
+    """Hand-computed cases: chunk F1 decides for chunk labels (max-marginal recovers the one gold
+    chunk Viterbi misses: F1 1 vs 2/3), token accuracy for other labels, Viterbi on a tie, and a
+    sentence with an unknown gold label is left out."""
+    from gpseq.tagging import choose_decoder
+
+    labels = ["B-NP", "I-NP", "O"]
+    gold = np.array([0, 1, 2, 0, 2, 0, -1])
+    viterbi = np.array([0, 1, 2, 2, 2, 2, 2])
+    argmax = np.array([0, 1, 2, 0, 2, 1, 1])  # the unknown-gold sentence [5, 7) differs but is left out
+    offsets = np.array([0, 3, 5, 7])
+    chosen, scores = choose_decoder([(gold, argmax, viterbi, offsets)], labels, "iob2")
+    assert chosen == "max-marginal" and scores["sentences"] == 2 and scores["metric"] == "chunk_f1"
+    assert scores["viterbi"] == pytest.approx(2 / 3) and scores["max-marginal"] == pytest.approx(1.0)
+    tags = ["DT", "NN", "VB"]
+    chosen, scores = choose_decoder([(gold, argmax, viterbi, offsets)], tags, "iob2")
+    assert chosen == "max-marginal" and scores["metric"] == "token_accuracy"
+    assert scores["viterbi"] == pytest.approx(4 / 5) and scores["max-marginal"] == pytest.approx(1.0)
+    chosen, scores = choose_decoder([(gold, viterbi, viterbi, offsets)], tags, "iob2")
+    assert chosen == "viterbi" and scores["viterbi"] == scores["max-marginal"]
+    assert choose_decoder([(np.array([-1]), np.array([0]), np.array([0]), np.array([0, 1]))], tags, "iob2") == \
+        ("viterbi", {})
+
+
+def test_training_resolves_decode_auto_by_its_held_out_choice_and_keeps_an_explicit_one(sample_dir, tmp_path):
+    """The default config's decode "auto" becomes the decoder the training chose (saved, reloaded,
+    and what tagging uses); an explicit decoder is kept and nothing is chosen."""
+    train = read_conll(sample_dir / "train.conll")[:60]
+    tagger = Tagger.train(train, TaggerConfig(features=get_preset("chunking")))
+    assert tagger.config.decode == tagger.scores["decode"] in ("viterbi", "max-marginal")
+    assert set(tagger.scores["decode_scores"]) == {"metric", "sentences", "viterbi", "max-marginal"}
+    tagger.save(tmp_path / "m")
+    loaded = Tagger.load(tmp_path / "m")
+    assert loaded.config.decode == tagger.config.decode
+    sentences = read_conll(sample_dir / "test.conll")[:5]
+    expected = tagger.tag(sentences, decode=tagger.config.decode)
+    assert [t.labels for t in loaded.tag(sentences)] == [t.labels for t in expected]
+    fixed = Tagger.train(train, TaggerConfig(features=get_preset("chunking"), decode="max-marginal"))
+    assert fixed.config.decode == "max-marginal" and "decode" not in fixed.scores

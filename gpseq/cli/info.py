@@ -39,7 +39,7 @@ def model_info(model_dir: Path, tagger) -> dict:
         "model": tagger.config.model.to_dict(),
         "training": meta.get("config", {}).get("training", {}),
         "predict_samples": tagger.config.predict_samples,
-        "decode": tagger.config.decode,
+        "decode": tagger.config.decoder,
         "arrays": arrays,
         "n_parameters": n_parameters(meta),
         "files": files,

@@ -122,7 +122,7 @@ class ServedModel:
                          "lang": self.lang},
             "predictive": config.predictive,
             "predict_samples": config.predict_samples,
-            "decode": config.decode,
+            "decode": config.decoder,
             "scores": dict(self.tagger.scores),
             "version": {"gpseq": meta.get("gpseq_version"), "format_version": meta.get("format_version")},
         })

@@ -171,3 +171,28 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     if sentences:
         fitted.update(dev_sentence_nll=sentence_nll(x), dev_tokens=count)
     return fitted
+
+
+def held_out_decodes(parts, alpha: float, temperature: float) -> list[tuple[np.ndarray, ...]]:
+    """What each decoder returns on held-out parts (`fit_calibration_parts`'s) under the predictive
+    at (α, T), to choose the model's decoder by a held-out score: per part (gold labels, each
+    token's most probable label, the Viterbi path of the posterior-mean potentials, offsets), in
+    corpus order (`[N]` each; gold −1 = unknown or unlabelled)."""
+    from gpseq.linear_predictive import viterbi
+
+    out = []
+    for mean, variance, pair_mean, pair_variance, labels, offsets in parts:
+        layout = TimeMajor(offsets)
+        unary, pairwise = calibrated_potentials(mean[layout.order], variance[layout.order], pair_mean,
+                                                pair_variance, alpha, temperature)
+        marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
+        best = np.empty(len(marg), np.int64)
+        best[layout.order] = marg.argmax(1)
+        lengths = np.diff(offsets)
+        sentence = np.repeat(np.arange(len(lengths)), lengths)
+        position = np.arange(len(mean)) - offsets[sentence]
+        padded = np.zeros((len(lengths), int(lengths.max(initial=0)), mean.shape[1]))
+        padded[sentence, position] = mean
+        path = viterbi(padded, np.asarray(pair_mean, np.float64), lengths)[sentence, position].astype(np.int64)
+        out.append((np.asarray(labels), best, path, np.asarray(offsets)))
+    return out

@@ -189,9 +189,9 @@ def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
                       mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report)
 
 
-def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
-    """`fit_calibration` of the fit's predictive on the labelled `dev` split, in parts of at most
-    `CHUNK_TOKENS` tokens (the forward–backward's arrays of one part at a time)."""
+def held_out_parts(fit: LaplaceFit, dev: SequenceData) -> list[tuple]:
+    """The fit's predictive moments on the labelled `dev` split, in parts of at most `CHUNK_TOKENS`
+    tokens (the forward–backward's arrays of one part at a time): `fit_calibration_parts`'s parts."""
     from gpseq.training.chain_objective import CHUNK_TOKENS, chunk_bounds
 
     parts = []
@@ -199,7 +199,12 @@ def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]
         part = dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high))
         parts.append((*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance, part.label_ids,
                       part.offsets))
-    return fit_calibration_parts(parts, **options)
+    return parts
+
+
+def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
+    """`fit_calibration` of the fit's predictive on the labelled `dev` split (`held_out_parts`)."""
+    return fit_calibration_parts(held_out_parts(fit, dev), **options)
 
 
 def _softplus_inverse(x):

@@ -19,9 +19,9 @@ import numpy as np
 
 from gpseq.corpora.splits import kfold_indices
 from gpseq.training.batching import UNKNOWN_LABEL_ID, SequenceData
-from gpseq.training.calibration import fit_calibration_parts
+from gpseq.training.calibration import fit_calibration_parts, held_out_decodes
 from gpseq.training.chain_objective import NumpyChainObjective
-from gpseq.training.laplace import LaplaceFit, average_fit, calibrate, fit_laplace, model_state
+from gpseq.training.laplace import LaplaceFit, average_fit, calibrate, fit_laplace, held_out_parts, model_state
 
 # cross-fitting's fold fits run this share of the iteration budgets: they only rank the priors and
 # calibrate (small-scale protocol, 5 seeded folds x 4 sets: the same choices, T within 0.01 and
@@ -42,7 +42,7 @@ def concatenate(*parts) -> SequenceData:
 
 
 def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_data: SequenceData | None,
-                  callbacks=None, init: "LaplaceFit | None" = None):
+                  callbacks=None, init: "LaplaceFit | None" = None, choose_decode=None):
     """The default training of a `TaggerConfig`: fit q by `fit_laplace` along the walk of priors
     (σ², λ) of `choose_prior` (warm-started), each ranked by the dev NLL at its best temperature;
     calibrate the chosen one's predictive (α, T) on `dev_data`; refit it on train + dev (small
@@ -50,6 +50,9 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     them, scores). `init`: a fit on
     this featurizer's columns and these labels that the fits on all the training data start from
     instead of 0 (a warm start, `Tagger.train(init=...)`; cross-fitting folds start cold).
+    `choose_decode(decodes) -> (decoder, scores)`: given what each decoder returns on the held-out
+    data the calibration was fitted on (`held_out_decodes` at the fitted (α, T)), the decoder the
+    model uses by default (`scores["decode"]`; not called without calibration).
 
     BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
     OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores); and freed
@@ -59,7 +62,7 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     from gpseq.training.allocator import arrays_reused
 
     with threadpool_limits(1, user_api="blas"), arrays_reused():
-        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init)
+        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init, choose_decode)
 
 
 def prior_grid(training, model, has_dev: bool) -> tuple[list[float], list[float], list[float]]:
@@ -174,7 +177,7 @@ def cross_fitting(training, data: SequenceData, dev_data: SequenceData | None) -
     return combined, kfold_indices(len(combined), training.cross_fit_folds, seed=training.seed, labelled=labelled)
 
 
-def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None):
+def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init=None, choose_decode=None):
     from gpseq.training.config import Progress
 
     tcfg, mcfg = config.training, config.model
@@ -249,7 +252,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             variances, strengths, pairwise)
         prior, fold_fits = choice.prior, choice.fit
         del objectives, choice
-        calibration = fit_calibration_parts(held_out(fold_fits))  # (α, T) in full for the chosen prior
+        predictions = held_out(fold_fits)
+        calibration = fit_calibration_parts(predictions)  # (α, T) in full for the chosen prior
+        decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
+                                                     calibration["temperature"])
+        del predictions
         dev_nll = candidates[prior] = calibration["dev_token_nll"]
         # the final fit on all the sentences: the objective is convex, so where it starts changes
         # only how soon it converges — from the average of the fold fits at the chosen pair (each
@@ -274,6 +281,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             prior, chosen = choice.prior, choice.fit
             del choice
             calibration = calibrate(chosen, dev_data)  # (α, T) in full
+            decodes = choose_decode and held_out_decodes(held_out_parts(chosen, dev_data),
+                                                         calibration["variance_scale"], calibration["temperature"])
             dev_nll = candidates[prior] = calibration["dev_token_nll"]
         else:  # nothing to compare on: the first prior (`prior_grid`)
             prior, candidates, calibration, dev_nll = (variances[0], strengths[0], pairwise[0]), {}, None, None
@@ -295,6 +304,8 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         scores["dev_token_nll_by_prior"] = {prior_key(each): nll for each, nll in candidates.items()}
     if calibration:
         scores["calibration"] = calibration
+        if choose_decode is not None:  # on the predictions the calibration was fitted on
+            scores["decode"], scores["decode_scores"] = choose_decode(decodes)
     scores.update(steps=done[0], lbfgs_iterations=iterations, nonzero_weights=chosen.report.nonzero_weights,
                   free_weights=chosen.report.free_weights)
     for callback in callbacks or []:
