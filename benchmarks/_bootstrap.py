@@ -104,3 +104,16 @@ def paired_bootstrap(a: Outcomes, b: Outcomes, names=METRICS, resamples: int = R
         low, high = np.quantile(diffs, [0.025, 0.975])
         out[name] = (metric(a, name) - metric(b, name), float(low), float(high))
     return out
+
+
+def calibrated_ece(result: Outcomes, draws: int = 200, seed: int = 0) -> tuple[float, float]:
+    """(mean, 95th percentile) of the ECE that a perfectly calibrated system with these confidences
+    shows on this many tokens: each token's correctness drawn as Bernoulli(its confidence), `draws`
+    times. An observed ECE below the 95th percentile is within what the test set's size alone gives
+    — a lower bound of that noise, as the draws are independent and the errors of one sentence's
+    tokens are not."""
+    rng = np.random.default_rng(seed)
+    confidence = result.confidence
+    values = [expected_calibration_error(confidence, rng.random(len(confidence)) < confidence, 15)
+              for _ in range(draws)]
+    return float(np.mean(values)), float(np.quantile(values, 0.95))

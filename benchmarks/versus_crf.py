@@ -39,6 +39,9 @@ ece_argmax; Brier; AURC and error at 90 % coverage; train_s; tagging tokens/s (f
 included); peak_rss_mb (training); model_mb on disk. For each target's metric, the difference
 gpseq − peer with a 95 % interval from a paired bootstrap over the test sentences
 (`_bootstrap.py`: 1,000 draws, the same for both systems) and a better / tie / worse verdict.
+ece_if_calibrated (mean and 95th percentile): the ECE a perfectly calibrated system with each
+system's confidences would show on the test set (correctness drawn from the confidences,
+`_bootstrap.calibrated_ece`): an ECE below it is not miscalibration this test set can detect.
 
 Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
   conll2000-chunk   CoNLL-2000 train.txt → test.txt, --features chunking
@@ -90,7 +93,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _bootstrap import metric, outcomes, paired_bootstrap  # noqa: E402
+from _bootstrap import calibrated_ece, metric, outcomes, paired_bootstrap  # noqa: E402
 from _common import (  # noqa: E402
     PAPER_SETS,
     corpora_root,
@@ -116,7 +119,7 @@ TRAINER_PARAMS = {"c1": 0.1, "c2": 0.1, "max_iterations": 100, "feature.possible
 DEV_FRACTION, DEV_SEED = 0.1, 0
 REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
             "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "tag_tokens_per_s",
-            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature", "prior")
+            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature", "prior", "decode")
 SMALL_PRESETS = {"basenp": "chunking", "chunking": "chunking", "segmentation": "segmentation", "japanesene": "ner"}
 QUICK_CONLL_TRAIN, QUICK_TEST = 500, 300
 
@@ -287,6 +290,7 @@ def run_systems(train_file: Path, read_options: dict, train, test, features: str
     state["gpseq"]["temperature"] = (chosen.get("calibration") or {}).get("temperature")
     state["gpseq"]["prior"] = "/".join(f"{chosen[key]:g}" for key in ("prior_variance", "l1", "pairwise_prior_variance")
                                        if key in chosen)
+    state["gpseq"]["decode"] = trained.config.decode  # the decoder the training kept (viterbi / max-marginal)
     print(f"    {state['gpseq']['train_s']:.1f} s; CRFsuite …", flush=True)
     state["crfsuite"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf", tempered=False)
     print(f"    {state['crfsuite']['train_s']:.1f} s; CRFsuite + T …", flush=True)
@@ -301,7 +305,7 @@ def test_all(state: dict, test) -> dict:
     for system in ("crfsuite", "crfsuite_t"):
         metrics[system] = test_crf(state[system], test)
     for system in SYSTEMS:
-        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature", "prior"):
+        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature", "prior", "decode"):
             if state[system].get(key) is not None:
                 metrics[system][key] = state[system][key]
         metrics[system]["score"] = score_of(metrics[system])
@@ -315,9 +319,13 @@ def bootstrap(corpus: str, metrics: dict) -> dict:
     """`<corpus>/gpseq_minus_<peer>/<metric>`: [gpseq − peer on the test set, 95 % interval] by a
     paired bootstrap over the test sentences (`_bootstrap`), for the metric of each target; and
     `significance/<corpus>/<metric>_vs_<peer>`: "better" / "worse" for gpseq when the interval
-    excludes 0, else "tie". Pops the per-token outcomes from `metrics`."""
+    excludes 0, else "tie"; `<corpus>/<system>/ece_if_calibrated[_q95]` (`calibrated_ece`). Pops the
+    per-token outcomes from `metrics`."""
     results = {system: values.pop("outcomes") for system, values in metrics.items()}
     out = {}
+    for system, result in results.items():  # the ECE that chance alone gives on this test set
+        out[f"{corpus}/{system}/ece_if_calibrated"], out[f"{corpus}/{system}/ece_if_calibrated_q95"] = \
+            calibrated_ece(result)
     for peer, names in BOOTSTRAPPED.items():
         for name, (diff, low, high) in paired_bootstrap(results["gpseq"], results[peer], names).items():
             for system, value in (("gpseq", metric(results["gpseq"], name)), (peer, metric(results[peer], name))):
@@ -434,6 +442,8 @@ ROWS = (  # (metric, label, format)
     ("token_nll", "token NLL", lambda v: f"{v:.4f}"),
     ("ece", "ECE (returned labels)", lambda v: f"{v:.4f}"),
     ("ece_argmax", "ECE (argmax)", lambda v: f"{v:.4f}"),
+    ("ece_if_calibrated", "ECE if calibrated, mean", lambda v: f"{v:.4f}"),
+    ("ece_if_calibrated_q95", "ECE if calibrated, 95 %", lambda v: f"{v:.4f}"),
     ("brier", "Brier", lambda v: f"{v:.4f}"),
     ("aurc", "AURC", lambda v: f"{v:.5f}"),
     ("error_at_90", "error at 90 % coverage", lambda v: f"{v:.4f}"),
@@ -445,6 +455,7 @@ ROWS = (  # (metric, label, format)
     ("model_mb", "model MB", lambda v: f"{v:.2f}"),
     ("temperature", "temperature T", lambda v: f"{v:.3f}"),
     ("prior", "prior σ²/λ/σ²_P chosen", str),
+    ("decode", "decoder kept", str),
 )
 
 

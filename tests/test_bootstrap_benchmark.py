@@ -61,3 +61,22 @@ def test_the_interval_holds_the_full_set_difference_and_separates_different_syst
         assert low <= diff <= high
         assert diff == pytest.approx(metric(a, name) - metric(b, name))
     assert apart["token_nll"][2] < 0 and apart["score"][1] > 0  # the sharper system, clearly better
+
+
+def test_calibrated_ece_equals_its_binomial_closed_form():
+    """One confidence c for all n tokens: one bin, ECE = |K/n − c| with K ~ Binomial(n, c), whose
+    mean is Σ_k pmf(k) |k/n − c|; confidence 1 gives 0 exactly."""
+    from scipy.stats import binom
+
+    from _bootstrap import Outcomes, calibrated_ece
+
+    n, c = 40, 0.8
+    ones = np.ones(n, bool)
+    result = Outcomes(np.array([0, n]), np.zeros(n), np.full(n, c), ones, np.zeros(n), None)
+    mean, q95 = calibrated_ece(result, draws=4000)
+    k = np.arange(n + 1)
+    expected = float(np.sum(binom.pmf(k, n, c) * np.abs(k / n - c)))
+    assert mean == pytest.approx(expected, abs=0.003)
+    assert q95 > mean
+    sure = Outcomes(np.array([0, n]), np.zeros(n), np.ones(n), ones, np.zeros(n), None)
+    assert calibrated_ece(sure) == (0.0, 0.0)
