@@ -618,3 +618,22 @@ def test_console_script_tags_like_the_in_process_app(trained, text_file):
     missing = run(script, "tag", model_dir, text_file.with_name("missing.txt"))
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [f"error: {text_file.with_name('missing.txt')}: no such file"]
+
+
+def test_config_json_not_utf8_or_nested_too_deeply_is_one_line_exit_2(tmp_path):
+    """--config with an invalid UTF-8 byte or absurd nesting: one line naming the file (a
+    UnicodeDecodeError / RecursionError traceback before)."""
+    train = tmp_path / "t.conll"
+    train.write_text("The DT B-NP\n\n", encoding="utf-8")
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{\n  "tag_scheme": "iob2",\n  "note": "café"\n}\n'.encode("latin-1"))
+    result = invoke("train", train, "-o", tmp_path / "m", "--config", latin1)
+    assert result.exit_code == 2
+    assert f"{latin1}:3:" in one_line(result)
+    assert "UTF-8" in one_line(result)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    result = invoke("train", train, "-o", tmp_path / "m", "--config", deep)
+    assert result.exit_code == 2
+    assert str(deep) in one_line(result)
+    assert not (tmp_path / "m").exists()

@@ -39,10 +39,19 @@ def apply_override(data: dict, assignment: str) -> None:
 def _config_file(path: Path) -> dict:
     """The TaggerConfig dict of a --config JSON file (checked by TaggerConfig.from_dict)."""
     require_file(path)
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise InputFormatError(path, line, f"bytes {raw[error.start:error.end]!r} are not valid UTF-8 "
+                                           "(a configuration is a UTF-8 JSON file)") from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputFormatError(path, error.lineno, f"not valid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InputFormatError(path, None, "not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputFormatError(path, 1, "the configuration must be a JSON object")
     return tagger_module().TaggerConfig.from_dict(data).to_dict()
