@@ -637,3 +637,25 @@ def test_config_json_not_utf8_or_nested_too_deeply_is_one_line_exit_2(tmp_path):
     assert result.exit_code == 2
     assert str(deep) in one_line(result)
     assert not (tmp_path / "m").exists()
+
+
+def test_evaluate_refuses_a_label_column_the_features_read(sample, tmp_path):
+    """A `token label` file evaluated with a model whose features read column 1 (the chunking
+    preset's POS column): column 1 is the gold label, so the features would see the answer (scores
+    came out near perfect). Exit 2 naming the file; a file with the POS column evaluates."""
+    small = tmp_path / "small.conll"
+    blocks = (sample / "train.conll").read_text(encoding="utf-8").split("\n\n")[:40]
+    small.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    model_dir = tmp_path / "chunking"
+    result = invoke("train", small, "-o", model_dir, "--features", "chunking", "--max-steps", "5")
+    assert result.exit_code == 0, result.stderr
+    two_columns = tmp_path / "two.conll"
+    two_columns.write_text("".join(
+        "\n".join(f"{line.split()[0]} {line.split()[-1]}" for line in block.splitlines()) + "\n\n"
+        for block in (sample / "test.conll").read_text(encoding="utf-8").split("\n\n") if block.strip()))
+    refused = invoke("evaluate", model_dir, two_columns, "--json")
+    assert refused.exit_code == 2
+    assert f"{two_columns}:1:" in one_line(refused) and "column 1" in one_line(refused)
+    assert refused.stdout == ""
+    accepted = invoke("evaluate", model_dir, sample / "test.conll", "--json")
+    assert accepted.exit_code == 0, accepted.stderr

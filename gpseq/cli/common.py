@@ -152,3 +152,33 @@ def read_labelled(path: Path, format: str, token_column: int, label_column: int,
 
     require_file(path)
     return read_corpus(path, format, token_column=token_column, label_column=label_column, encoding=encoding)
+
+
+def label_field(path: Path, format: str, label_column: int, sentence) -> int | None:
+    """The index in `sentence.columns` rows of the field its labels were read from (None for JSON
+    Lines, whose labels are not a column)."""
+    from gpseq.corpora import detect_format
+
+    resolved = detect_format(path, format, labelled=True)
+    if resolved == "conllu":
+        return 4 if label_column == 4 else 3
+    if resolved in ("conll", "crfpp") and sentence.columns:
+        width = len(sentence.columns[0])
+        return label_column + width if label_column < 0 else label_column
+    return None
+
+
+def check_label_not_a_feature(features, path: Path, format: str, label_column: int, sentences) -> None:
+    """InputFormatError when the corpus's label column is a column the model's features read (e.g.
+    the `chunking` preset's POS column 1 in a two-column `token label` file): the features would be
+    the gold labels themselves."""
+    read = sorted(c for c in features.sources() if isinstance(c, int) and c > 0)
+    if not read or not sentences:
+        return
+    label = label_field(path, format, label_column, sentences[0])
+    if label in read:
+        raise InputFormatError(
+            path, sentences[0].line,
+            f"the labels are column {label}, which this model's features (preset {features.preset!r}) read "
+            f"as a corpus column (e.g. POS tags): they would see the gold labels; give a file with column(s) "
+            f"{read} besides the label column")

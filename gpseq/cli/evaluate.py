@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import (EXIT_CODES, CorpusFormat, ModelDir, Verbose, app, command, load_tagger, read_labelled,
-                              stdout)
+from gpseq.cli.common import (EXIT_CODES, CorpusFormat, ModelDir, Verbose, app, check_label_not_a_feature, command,
+                              load_tagger, read_labelled, stdout)
 from gpseq.cli.outputs import check_plot_outputs
 from gpseq.model_meta import json_default
 
@@ -100,6 +100,7 @@ def evaluate(
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
                                              "evaluate against")
     tagger = load_tagger(model_dir)
+    check_label_not_a_feature(tagger.featurizer.config, corpus, format_, label_column, sentences)
     report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,
                              target_error=target_error)
     plots = []
