@@ -478,3 +478,16 @@ def test_a_registered_format_is_read_by_read_corpus(tmp_path, monkeypatch):
     assert [(s.tokens, s.labels) for s in formats.read_corpus(path)] == [(["The", "cat"], ["DT", "NN"]),
                                                                          (["sat"], ["VBD"])]
     assert formats.read_corpus(path, "slash", labelled=False)[1].labels is None
+
+
+def test_jsonl_line_nested_too_deeply_names_file_and_line(tmp_path):
+    """A JSON Lines line of deeply nested brackets: InputFormatError naming file and line (was a
+    RecursionError traceback from json.loads)."""
+    from gpseq.corpora import read_corpus
+
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"tokens": ["ok"], "labels": ["O"]}\n' + "[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(InputFormatError, match=r"deep.jsonl:2: .*nested too deeply"):
+        read_corpus(path)
+    with pytest.raises(InputFormatError, match=r"deep.jsonl:2: "):
+        read_corpus(path, labelled=False)

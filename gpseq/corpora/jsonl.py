@@ -33,6 +33,8 @@ def iter_jsonl(source: Source, *, labelled: bool = True, encoding: str = "utf-8"
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise InputFormatError(name, number, f"not JSON ({error.msg} at column {error.colno})") from None
+            except RecursionError:
+                raise InputFormatError(name, number, "not a sentence (JSON nested too deeply)") from None
             if not isinstance(record, dict):
                 raise InputFormatError(name, number, 'a sentence is a JSON object {"tokens": [...], "labels": [...]}')
             tokens = record.get("tokens")
