@@ -987,3 +987,49 @@ def test_two_workers_answer_their_requests_in_flight_on_sigterm(two_workers, tra
     output = log.read_text()
     assert output.count("Application shutdown complete") == 2 and "Traceback" not in output
     assert not list(temporary.glob("gpseq-serve-metrics-*"))  # the run's metrics directory is removed
+
+
+class MonteCarloByDefault(GatedTagger):
+    """The gated tagger with a configuration whose predictive is Monte Carlo (`predict_samples` 8)."""
+
+    def __init__(self, tagger):
+        import dataclasses
+
+        super().__init__(tagger)
+        self.config = dataclasses.replace(tagger.config, predictive="mc", predict_samples=8)
+
+
+def test_monte_carlo_draws_times_tokens_over_the_limit_is_413_before_tagging(trained, test_sentences):
+    """A Monte Carlo request's memory grows with draws × tokens (× labels²: 100 draws of a 5,000-token
+    sentence took 12 GB with the 44-label POS model, within the default limits of samples and
+    tokens): over `max_sample_tokens` it is refused (413) before it reaches the tagger, whether the
+    draws are asked for (samples) or the model's default predictive (predict_samples)."""
+    from gpseq.serve.app import create_app
+    from gpseq.serve.models import ServedModel
+    from gpseq.serve.settings import ServeSettings
+
+    assert ServeSettings().max_sample_tokens * 44 ** 2 * 13 < 2 * 2 ** 30  # the default: ~1.2 GB for 44 labels
+    sentence = test_sentences[0].tokens  # 8 draws × len(sentence) tokens
+    n = len(sentence)
+    app, gate = gated_app(trained, max_sample_tokens=8 * n - 1)
+    gate.release.set()
+    with TestClient(app) as client:
+        refused = client.post("/tag", json={"sentences": [sentence], "samples": 8})
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["error"] == (f"8 Monte Carlo draws × {n} tokens = {8 * n:,}; the limit is "
+                                           f"{8 * n - 1:,} (fewer samples or tokens)")
+        assert gate.calls == []
+        assert client.post("/tag", json={"sentences": [sentence], "samples": 7}).status_code == 200
+        assert client.post("/tag", json={"sentences": [sentence], "samples": 8, "mean": True}).status_code == 200
+        assert client.post("/tag", json={"sentences": [sentence, sentence]}).status_code == 200  # deterministic
+    directory, tagger = trained["text"]
+    mc = MonteCarloByDefault(tagger)
+    mc.release.set()
+    app = create_app({"text": ServedModel("text", mc, directory)},
+                     ServeSettings(**{**LIMITS, "max_sample_tokens": 8 * n - 1}), warm_up=False)
+    with TestClient(app) as client:
+        refused = client.post("/tag", json={"sentences": [sentence]})  # the model's 8 draws
+        assert refused.status_code == 413 and "8 Monte Carlo draws" in refused.json()["error"], refused.text
+        assert mc.calls == []
+        assert client.post("/tag", json={"sentences": [sentence], "mean": True}).status_code == 200
+        assert [options.get("mean") for _, options in mc.calls] == [True]

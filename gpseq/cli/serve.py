@@ -65,6 +65,9 @@ def serve(
     = DEFAULTS.max_samples,
     max_nbest: Annotated[int, typer.Option(help="Label sequences (nbest) a request may ask for (422).")]
     = DEFAULTS.max_nbest,
+    max_sample_tokens: Annotated[int, typer.Option(help="Monte Carlo draws × tokens of a request (413): its memory "
+                                                        "grows with both, and with the labels squared.")]
+    = DEFAULTS.max_sample_tokens,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its tags (504).")]
     = DEFAULTS.request_timeout,
     workers: Annotated[int | None, typer.Option(help="Worker processes, each with its own copy of the models "
@@ -84,6 +87,7 @@ def serve(
     _tensorflow.QUIET = not state["verbose"]  # as `tagger_module` sets it, without importing the tagger here
     settings = ServeSettings(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                              max_tokens=max_tokens, max_samples=max_samples, max_nbest=max_nbest,
+                             max_sample_tokens=max_sample_tokens,
                              max_batch_sentences=max_batch_sentences, max_wait=max_wait_ms / 1000,
                              max_queue=max_queue, request_timeout=timeout).validate()
 

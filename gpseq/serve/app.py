@@ -37,7 +37,7 @@ ENDPOINTS = ("/tag", "/models", "/health", "/metrics", "/docs", "/redoc", "/open
 ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
     (400, "Malformed JSON or invalid UTF-8"),
     (404, "Unknown model"),
-    (413, "Request over a size limit (bytes, characters, sentences, tokens)"),
+    (413, "Request over a size limit (bytes, characters, sentences, tokens, Monte Carlo draws × tokens)"),
     (415, "Body not JSON"),
     (422, "Wrong types, missing or unknown fields, empty text, input the model cannot take"),
     (503, "Queue full, or shutting down: retry later"),
@@ -251,6 +251,11 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         n_tokens = sum(len(sentence.tokens) for sentence in sentences)
         if n_tokens > settings.max_tokens:
             raise RequestError(413, f"{n_tokens:,} tokens; the limit is {settings.max_tokens:,}")
+        if not served.deterministic(body.mean, body.samples):  # Monte Carlo: memory ∝ draws × tokens
+            draws = body.samples if body.samples is not None else served.tagger.config.predict_samples
+            if draws * n_tokens > settings.max_sample_tokens:
+                raise RequestError(413, f"{draws:,} Monte Carlo draws × {n_tokens:,} tokens = {draws * n_tokens:,}; "
+                                        f"the limit is {settings.max_sample_tokens:,} (fewer samples or tokens)")
 
         batcher = batchers.get(served.name)
         if batcher is None:
