@@ -659,3 +659,31 @@ def test_evaluate_refuses_a_label_column_the_features_read(sample, tmp_path):
     assert refused.stdout == ""
     accepted = invoke("evaluate", model_dir, sample / "test.conll", "--json")
     assert accepted.exit_code == 0, accepted.stderr
+
+
+def test_tag_reads_a_named_pipe(trained, library_tagger, tmp_path):
+    """`gpseq tag MODEL <(zcat notes.txt.gz)`: the shell passes a named pipe (/dev/fd/N), which is read
+    as a file is (it was refused as 'no such file'); a directory or a missing path still are."""
+    model_dir, _ = trained
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "w", encoding="utf-8") as handle:
+            handle.write(TEXT)
+
+    import threading
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    result = invoke("tag", model_dir, fifo, "--mean", "--input-format", "text")
+    writer.join(10)
+    assert result.exit_code == 0, result.stderr
+    sentences = parse_conll_output(result.stdout)
+    assert [[row[0] for row in s] for s in sentences] == spacy_sentences(TEXT)
+    assert [[row[1] for row in s] for s in sentences] == [t.labels for t in library_tagger.tag(
+        spacy_sentences(TEXT), mean=True)]
+    refused = invoke("tag", model_dir, tmp_path)
+    assert refused.exit_code == 2 and "is a directory" in one_line(refused)
+    refused = invoke("tag", model_dir, tmp_path / "absent.txt")
+    assert refused.exit_code == 2 and "no such file" in one_line(refused)

@@ -133,10 +133,12 @@ def command(function):
 
 
 def require_file(path: Path) -> Path:
-    """InputFormatError unless `path` is a file (or `-`, stdin)."""
+    """InputFormatError unless `path` is a file (or `-`, stdin), a named pipe or a device (a shell's
+    `<(zcat corpus.gz)`, /dev/stdin: read as a file is, once)."""
     if str(path) != "-" and not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "no such file"
-        raise InputFormatError(path, None, what)
+        what = "is a directory, not a file" if path.is_dir() else None if path.exists() else "no such file"
+        if what is not None:
+            raise InputFormatError(path, None, what)
     return path
 
 

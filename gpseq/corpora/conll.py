@@ -94,8 +94,11 @@ def numbered_lines(source: Source, encoding: str = "utf-8", name: str | None = N
 
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.is_file():
-            raise InputFormatError(name, None, "no such file")
+        if not path.is_file():  # a named pipe or a device (`<(zcat corpus.gz)`) is read as a file is
+            if path.is_dir():
+                raise InputFormatError(name, None, "is a directory, not a file")
+            if not path.exists():
+                raise InputFormatError(name, None, "no such file")
         if _ascii_compatible(encoding):
             with open(path, "rb") as handle:
                 yield name, decoded(handle)
