@@ -797,3 +797,29 @@ def test_a_dev_split_without_a_known_labelled_token_is_no_dev_split(caplog):
     fitted = fit_calibration(mean, variance, rng.normal(size=(3, 3)), rng.uniform(0.1, 1.0, size=(3, 3)),
                              np.full(6, UNKNOWN_LABEL_ID), np.array([0, 2, 6]))
     assert fitted["variance_scale"] == pytest.approx(1e-5) and fitted["temperature"] == pytest.approx(1.0)
+
+
+def test_gpseq_train_reports_the_decoder_it_kept_with_both_held_out_scores(sample_dir, tmp_path):
+    """The summary of the default `gpseq train` names the decoder the training kept (decode "auto")
+    with the held-out score of each, as the saved model has them."""
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from gpseq import cli
+
+    lines = (sample_dir / "train.conll").read_text(encoding="utf-8").split("\n\n")[:80]
+    train = tmp_path / "train.conll"
+    train.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(cli.app, ["train", str(train), "--features", "chunking", "-o", str(tmp_path / "m")],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "m" / "tagger.json").read_text())
+    chosen, scores = meta["config"]["decode"], meta["scores"]["decode_scores"]
+    assert chosen in ("viterbi", "max-marginal") and scores["metric"] == "chunk_f1"
+    row = re.search(r"decoder \(dev\)\s+│\s+(\S+) \(chunk F1 ([\d.]+); (\S+) ([\d.]+)\)", result.output)
+    assert row, result.output
+    assert row.group(1) == chosen and row.group(3) == ({"viterbi", "max-marginal"} - {chosen}).pop()
+    assert float(row.group(2)) == pytest.approx(scores[chosen], abs=6e-5)
+    assert float(row.group(4)) == pytest.approx(scores[row.group(3)], abs=6e-5)

@@ -177,6 +177,12 @@ def train(
     if calibration:
         rows.append(("calibration (dev)", f"T = {calibration['temperature']:.3f}, variance scale "
                      f"{calibration['variance_scale']:.3g}; dev token NLL {calibration['dev_token_nll']:.4f}"))
+    held_out = scores.get("decode_scores")
+    if held_out:  # the decoder the training kept (`TaggerConfig.decode` "auto") and the other one
+        kept = tagger.config.decode
+        other = "max-marginal" if kept == "viterbi" else "viterbi"
+        metric = {"chunk_f1": "chunk F1", "token_accuracy": "accuracy"}[held_out["metric"]]
+        rows.append(("decoder (dev)", f"{kept} ({metric} {held_out[kept]:.4f}; {other} {held_out[other]:.4f})"))
     if bar.last is not None and scores.get("method") != "laplace":
         rows.append(("last ELBO / token", f"{bar.last.elbo_per_token:.4f}"))
     if scores.get("best_dev_score") is not None:
