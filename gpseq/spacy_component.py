@@ -103,8 +103,9 @@ class GpseqComponent:
                  max_tokens: int | None = None):
         if task not in TASKS:
             raise ConfigError(f"gpseq component {name!r}: task must be one of {TASKS}, got {task!r}")
-        if decode not in (None, "viterbi", "max-marginal"):
-            raise ConfigError(f"gpseq component {name!r}: decode must be viterbi or max-marginal, got {decode!r}")
+        if decode not in (None, "viterbi", "max-marginal", "span-f1"):
+            raise ConfigError(f"gpseq component {name!r}: decode must be viterbi, max-marginal or span-f1, "
+                              f"got {decode!r}")
         if samples is not None and samples < 1:
             raise ConfigError(f"gpseq component {name!r}: samples must be >= 1, got {samples}")
         if batch_size < 1:
@@ -217,18 +218,33 @@ class GpseqComponent:
         if sequences:
             # transform_docs reads len() and the tokens of each item, so token lists stand in for Docs.
             matrix = tagger.featurizer.transform_docs(sequences)
-            decode = self.decode or tagger.config.decoder
+            decode = self.decode or tagger.config.decoder  # the model's own may be span-f1
+            span_f1 = decode == "span-f1"
+            if span_f1:
+                from gpseq.tagging import TagOptions
+
+                try:
+                    TagOptions.checked(decode, "exact", 0, None, tagger.span_scheme)
+                except ConfigError as error:
+                    raise ConfigError(f"gpseq component {self.name!r}: {error}") from None
             for ids, marginals, paths, _, *rest in tagger.predict_features(
                 matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed,
-                max_tokens=self.max_tokens, chains=self.task != "tag",
+                max_tokens=self.max_tokens, chains=self.task != "tag" or span_f1,
             ):
-                exact = self._span_probabilities(rest[0], ids, sequences, marginals, paths, decode) if rest else None
+                if span_f1:  # the chunks maximising the expected chunk F1, as Tagger.tag chooses them
+                    chosen, exact = self._span_f1(rest[0], [len(sequences[index]) for index in ids])
+                else:
+                    exact = self._span_probabilities(rest[0], ids, sequences, marginals, paths, decode) \
+                        if rest else None
                 for row, index in enumerate(ids):
                     tokens = sequences[index]
                     T = len(tokens)
                     p = marginals[row, :T].astype(np.float64)  # [T, V]
                     p /= np.maximum(p.sum(-1, keepdims=True), 1e-300)
-                    best = p.argmax(-1) if decode == "max-marginal" else paths[row, :T]
+                    if span_f1:
+                        best = chosen[row]
+                    else:
+                        best = p.argmax(-1) if decode == "max-marginal" else paths[row, :T]
                     number = owners[index]
                     positions = np.fromiter((token.i for token in tokens), dtype=np.int64, count=T)
                     probs[number][positions] = p
@@ -245,6 +261,16 @@ class GpseqComponent:
                 doc.ents = found
             for span, score in zip(found, scores):
                 span._.set(self.span_extension, score)
+
+    def _span_f1(self, posterior, lengths: list[int]) -> tuple[list[np.ndarray], list[list[float]]]:
+        """Span-F1 decoding of a batch (`gpseq.tagging.span_f1_decode`): the label ids `[T]` that render
+        each sequence's chosen chunks and their P(exact span | X), in the order of their starts."""
+        from gpseq.tagging import span_f1_decode
+
+        tagger = self._tagger
+        found, best = span_f1_decode(tagger.span_scheme, {label: i for i, label in enumerate(tagger.labels)},
+                                     posterior, lengths)
+        return best, [[p for *_, p in sorted(chunks, key=lambda chunk: chunk[1])] for chunks in found]
 
     def _span_probabilities(self, posterior, ids, sequences, marginals, paths, decode) -> list[list[float]]:
         """P(exact span | X) of the chunks of each returned label sequence of a batch `[B][chunks]`."""

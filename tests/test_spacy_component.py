@@ -288,3 +288,40 @@ def test_pretrained_pipeline_on_conll2000_test(corpora_dir, tmp_path):
     f1 = 2 * precision * recall / (precision + recall)
     assert accuracy > 0.94, accuracy
     assert f1 > 0.88, f1
+
+
+def test_a_model_decoding_span_f1_gives_the_chunks_of_tagger_tag(models, tmp_path):
+    """A model whose decoder is span-f1 (`--set decode=span-f1`): the component returns the chunks
+    maximising the expected F1 with their exact probabilities, as `Tagger.tag` does (it returned the
+    Viterbi path's chunks); `decode: span-f1` in the component's config does the same."""
+    from gpseq.tagger import Tagger
+
+    model = tmp_path / "chunk-span-f1"
+    shutil.copytree(models["chunk"], model)
+    meta = json.loads((model / "tagger.json").read_text(encoding="utf-8"))
+    meta["config"]["decode"] = "span-f1"
+    (model / "tagger.json").write_text(json.dumps(meta), encoding="utf-8")
+    tagger = Tagger.load(model)
+    for make in (lambda: _pipeline({**models, "chunk": model}, mean=True),
+                 lambda: _pipeline(models, mean=True, decode="span-f1")):
+        docs = list(make().pipe(TEXTS))
+        results, where = _reference(tagger, docs, mean=True, columns=lambda t: t.tag_)
+        viterbi = tagger.tag(list(_sentences(docs)), mean=True, decode="viterbi")
+        assert any([c[:3] for c in r.spans] != [c[:3] for c in v.spans] for r, v in zip(results, viterbi))
+        for result, (d, positions) in zip(results, where):
+            doc = docs[d]
+            expected = [(positions[s], positions[e - 1] + 1, type_, p) for type_, s, e, p in result.spans]
+            got = [(s.start, s.end, s.label_, s._.gpseq_prob) for s in doc.spans["gpseq"]
+                   if positions[0] <= s.start < positions[-1] + 1]
+            assert [g[:3] for g in got] == [e[:3] for e in expected]
+            np.testing.assert_allclose([g[3] for g in got], [e[3] for e in expected], rtol=1e-5)
+
+
+def _sentences(docs):
+    """The sentences `_reference` tags for a chunker reading the predicted POS (token.tag_)."""
+    from gpseq.corpora import Sentence
+
+    for doc in docs:
+        for sent in doc.sents:
+            tokens = [t for t in sent if not t.is_space]
+            yield Sentence([t.text for t in tokens], columns=[[t.text, t.tag_] for t in tokens])
