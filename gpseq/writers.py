@@ -10,6 +10,7 @@ changed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -101,6 +102,23 @@ def _fmt(p: float) -> str:
     return f"{p:.6g}"
 
 
+_LINE_OR_FIELD_BREAK = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+
+
+def check_conll_tokens(sentence: Sentence, tokens: Sequence[str]) -> None:
+    """InputFormatError (naming the input and line) for a token with a tab or a line break (JSON Lines
+    input can hold one), which a line of tab-separated fields cannot carry: it would shift the
+    fields or split the line."""
+    if not any(map(_LINE_OR_FIELD_BREAK.search, tokens)):
+        return
+    from gpseq.errors import InputFormatError
+
+    position, token = next((t, token) for t, token in enumerate(tokens, start=1) if _LINE_OR_FIELD_BREAK.search(token))
+    raise InputFormatError(sentence.source or "<input>", sentence.line,
+                           f"token {position} ({token!r}) holds a tab or a line break, which the conll output "
+                           "(one token per line, tab-separated fields) cannot carry; use --format jsonl or spacy")
+
+
 class ConllWriter:
     """token, label, p(label) per line (tab-separated), a blank line between sentences; with an
     abstention threshold a fourth field, ABSTAIN or - (kept); with `full_distribution`, LABEL=p for
@@ -111,6 +129,7 @@ class ConllWriter:
         self.stream, self.full = stream, full_distribution
 
     def write(self, sentence: Sentence, result, scheme: str | None) -> None:
+        check_conll_tokens(sentence, result.tokens)
         lines = [f"# nbest\t{rank}\t{_fmt(p)}\t{' '.join(labels)}" for rank, (labels, p) in
                  enumerate(result.nbest or [], start=1)]
         abstained = result.abstained

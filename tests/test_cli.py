@@ -687,3 +687,28 @@ def test_tag_reads_a_named_pipe(trained, library_tagger, tmp_path):
     assert refused.exit_code == 2 and "is a directory" in one_line(refused)
     refused = invoke("tag", model_dir, tmp_path / "absent.txt")
     assert refused.exit_code == 2 and "no such file" in one_line(refused)
+
+
+def test_tag_conll_output_refuses_a_token_with_a_tab_or_line_break(trained, tmp_path):
+    """JSON Lines input may hold a token with a tab or a newline; written into the conll output it
+    shifted the fields or split the line (silently). Exit 2 naming the input line, nothing written;
+    jsonl output carries such tokens."""
+    model_dir, _ = trained
+    path = tmp_path / "odd.jsonl"
+    path.write_text('{"tokens": ["The", "cat"]}\n{"tokens": ["New York", "a\\tb", "c\\nd"]}\n', encoding="utf-8")
+    out = tmp_path / "out.conll"
+    out.write_text("kept\n", encoding="utf-8")
+    refused = invoke("tag", model_dir, path, "--mean", "-o", out)
+    assert refused.exit_code == 2
+    assert f"{path}:2: token 2 ('a\\tb') holds a tab or a line break" in one_line(refused)
+    assert out.read_text(encoding="utf-8") == "kept\n"
+    for token in ("x\ry", "x\u2028y"):
+        path.write_text(json.dumps({"tokens": ["ok", token]}) + "\n", encoding="utf-8")
+        assert invoke("tag", model_dir, path, "--mean").exit_code == 2
+    path.write_text('{"tokens": ["New York", "a\\tb", "c\\nd"]}\n', encoding="utf-8")
+    jsonl = invoke("tag", model_dir, path, "--mean", "--format", "jsonl")
+    assert jsonl.exit_code == 0, jsonl.stderr
+    assert json.loads(jsonl.stdout)["tokens"] == ["New York", "a\tb", "c\nd"]
+    path.write_text('{"tokens": ["New York", "city"]}\n', encoding="utf-8")  # a space: the fields are tab-separated
+    conll = invoke("tag", model_dir, path, "--mean")
+    assert conll.exit_code == 0 and [row[0] for row in parse_conll_output(conll.stdout)[0]] == ["New York", "city"]
