@@ -217,3 +217,11 @@ def test_training_resolves_decode_auto_by_its_held_out_choice_and_keeps_an_expli
     assert [t.labels for t in loaded.tag(sentences)] == [t.labels for t in expected]
     fixed = Tagger.train(train, TaggerConfig(features=get_preset("chunking"), decode="max-marginal"))
     assert fixed.config.decode == "max-marginal" and "decode" not in fixed.scores
+    # without cross-fitting the choice is made on the carved dev split (6 of these 60 sentences)
+    from gpseq.training.config import TrainingConfig
+
+    on_dev = Tagger.train(train, TaggerConfig(features=get_preset("chunking"),
+                                              training=TrainingConfig(cross_fit_tokens=0)))
+    assert "cross_fit_folds" not in on_dev.scores and on_dev.scores["dev_sentences"] == 6
+    assert on_dev.scores["decode_scores"]["sentences"] == 6
+    assert on_dev.config.decode == on_dev.scores["decode"] in ("viterbi", "max-marginal")
