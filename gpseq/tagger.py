@@ -48,7 +48,6 @@ def _as_sentences(sentences: Iterable) -> list[Sentence]:
     return out
 
 
-
 def _decode_resolved(config: TaggerConfig, chosen: str | None) -> TaggerConfig:
     """The config a trained tagger keeps: decode "auto" replaced by the training's choice (viterbi
     without one)."""

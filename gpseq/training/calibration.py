@@ -177,7 +177,7 @@ def held_out_decodes(parts, alpha: float, temperature: float) -> list[tuple[np.n
     """What each decoder returns on held-out parts (`fit_calibration_parts`'s) under the predictive
     at (α, T), to choose the model's decoder by a held-out score: per part (gold labels, each
     token's most probable label, the Viterbi path of the posterior-mean potentials, offsets), in
-    corpus order (`[N]` each; gold −1 = unknown or unlabelled)."""
+    corpus order (`[N]` each; a negative gold id: unknown or unlabelled)."""
     from gpseq.linear_predictive import viterbi
 
     out = []

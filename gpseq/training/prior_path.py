@@ -280,9 +280,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                 variances, strengths, pairwise, init)
             prior, chosen = choice.prior, choice.fit
             del choice
-            calibration = calibrate(chosen, dev_data)  # (α, T) in full
-            decodes = choose_decode and held_out_decodes(held_out_parts(chosen, dev_data),
-                                                         calibration["variance_scale"], calibration["temperature"])
+            predictions = held_out_parts(chosen, dev_data)
+            calibration = fit_calibration_parts(predictions)  # (α, T) in full
+            decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
+                                                         calibration["temperature"])
+            del predictions
             dev_nll = candidates[prior] = calibration["dev_token_nll"]
         else:  # nothing to compare on: the first prior (`prior_grid`)
             prior, candidates, calibration, dev_nll = (variances[0], strengths[0], pairwise[0]), {}, None, None
