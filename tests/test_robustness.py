@@ -1542,3 +1542,34 @@ def test_train_from_standard_input_is_a_one_line_error(corpus, tmp_path):
     assert one_line(result) == ("error: -: training needs a file, not - (standard input): a corpus is read more "
                                 "than once")
     assert snapshot(tmp_path) == before
+
+
+def test_text_reader_bounds_stretches_without_whitespace(tmp_path):
+    """spaCy's tokenizer takes time quadratic in a stretch without whitespace made of prefixes or
+    suffixes ("((((…" of 16,000 characters: 19 s; 100,000, within gpseq serve's max_chars: ~12
+    minutes, the worker frozen). spaCy never gets more than TEXT_MAX_RUN (500) such characters in a
+    row; every character is kept, in order; cuts in unspaced text fall after sentence punctuation;
+    normal lines are tokenised as before."""
+    from gpseq.corpora.text import TEXT_MAX_RUN
+
+    assert TEXT_MAX_RUN == 500
+
+    class Bounded(_RecordingNlp):
+        def __call__(self, text):
+            assert max(map(len, text.split()), default=0) <= 500, "spaCy got a longer stretch"
+            return super().__call__(text)
+
+    japanese = "。".join(["日本語の文です"] * 200) + "。"
+    lines = ["A first line.", "(" * 100_000, "Quote " + "'" * 20_000 + " end.", japanese, "The last one."]
+    path = tmp_path / "runs.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    nlp = Bounded()
+    started = time.perf_counter()
+    items = list(iter_text(path, nlp, encoding="utf-8", name=str(path)))
+    assert time.perf_counter() - started < 60
+    assert items[0].tokens == ["A", "first", "line", "."] and items[-1].tokens == ["The", "last", "one", "."]
+    for number, line in enumerate(lines, start=1):
+        tokens = [t for item in items if item.line == number for t in item.tokens]
+        assert "".join(tokens) == "".join(line.split())
+    pieces = ["".join(item.tokens) for item in items if item.line == 4]
+    assert all(piece.endswith("。") for piece in pieces)

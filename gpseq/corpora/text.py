@@ -4,10 +4,18 @@ Neither spaCy nor the tagger ever sees an unbounded input: spaCy gets at most TE
 characters per call (its own limit, nlp.max_length, is 1,000,000), so longer lines are cut at
 whitespace; a sentence of more than `max_tokens` tokens (raw text without sentence punctuation)
 is split into pieces of at most that many tokens, at whitespace between tokens.
+
+Nor a stretch of more than TEXT_MAX_RUN characters without whitespace: spaCy's tokenizer strips a
+word's prefixes and suffixes one at a time, copying the rest each time, so its time grows with the
+square of such a stretch ("((((…" of 16,000 characters: 19 s; of 100,000: about 12 minutes). A
+line holding a longer one is tokenised in pieces, cut inside such stretches only, every
+TEXT_MAX_RUN characters (after the last sentence-final punctuation of the window's second half
+when there is one, e.g. 。 in unspaced scripts): a token longer than that is cut into pieces.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from gpseq.corpora.conll import Source, numbered_lines
@@ -15,6 +23,9 @@ from gpseq.corpora.types import Sentence
 
 TEXT_MAX_CHARS = 100_000
 TEXT_MAX_TOKENS = 1_000
+TEXT_MAX_RUN = 500  # characters without whitespace spaCy gets at once (its tokenizer is quadratic in them)
+_RUN = re.compile(r"\S+")
+_SENTENCE_END = ".!?。．！？"
 
 
 def blank_nlp(lang: str):
@@ -43,6 +54,28 @@ def cut_at_whitespace(text: str, limit: int) -> Iterator[tuple[int, str]]:
         yield start, text[start:]
 
 
+def has_long_run(text: str, limit: int) -> bool:
+    """Whether `text` holds more than `limit` characters without whitespace in a row."""
+    return len(text) > limit and any(len(word) > limit for word in text.split())
+
+
+def cut_long_runs(text: str, limit: int) -> Iterator[tuple[int, str]]:
+    """(offset, piece) of `text` in pieces whose stretches without whitespace have at most `limit`
+    characters: cut only inside longer stretches, every `limit` characters at most (after the last
+    sentence-final punctuation in the window's second half, if any); the pieces join to `text`."""
+    start = 0
+    for match in _RUN.finditer(text):
+        at, end = match.start(), match.end()
+        while end - at > limit:
+            window = text[at + limit // 2:at + limit]
+            stop = max(window.rfind(c) for c in _SENTENCE_END)
+            cut = at + limit // 2 + stop + 1 if stop >= 0 else at + limit
+            yield start, text[start:cut]
+            start = at = cut
+    if start < len(text):
+        yield start, text[start:]
+
+
 def split_tokens(n_tokens: int, spaces: list[bool], limit: int) -> list[tuple[int, int]]:
     """[start, end) pieces of a sentence of `n_tokens` tokens, each at most `limit` tokens, cut after a
     token followed by whitespace (the last such one within the limit; a cut between any two tokens
@@ -58,10 +91,12 @@ def split_tokens(n_tokens: int, spaces: list[bool], limit: int) -> list[tuple[in
 
 
 def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None = None,
-              max_block_chars: int = TEXT_MAX_CHARS, max_tokens: int = TEXT_MAX_TOKENS) -> Iterator[Sentence]:
+              max_block_chars: int = TEXT_MAX_CHARS, max_tokens: int = TEXT_MAX_TOKENS,
+              max_run: int = TEXT_MAX_RUN) -> Iterator[Sentence]:
     """Sentences of raw text (unlabelled, with `spaces`): blocks of non-blank lines (at most
-    max_block_chars characters per `nlp` call; a longer line is cut at whitespace), spaCy tokens
-    and sentences; sentences longer than max_tokens tokens are split into pieces of at most
+    max_block_chars characters per `nlp` call; a longer line is cut at whitespace; a line with more
+    than max_run characters without whitespace is tokenised in pieces cut inside those), spaCy
+    tokens and sentences; sentences longer than max_tokens tokens are split into pieces of at most
     max_tokens (at whitespace between tokens). `line` is the line of the sentence's first token."""
 
     def split(block: list[str], first: int, name: str) -> Iterator[Sentence]:
@@ -93,12 +128,15 @@ def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None 
                     yield from split(block, first, name)
                     block, size = [], 0
                 continue
-            if block and size + len(line) + 1 > max_block_chars:
+            long_run = has_long_run(line, max_run)
+            if block and (size + len(line) + 1 > max_block_chars or long_run):
                 yield from split(block, first, name)
                 block, size = [], 0
-            if len(line) > max_block_chars:  # a long line (e.g. text without line breaks): cut at whitespace
-                for _, piece in cut_at_whitespace(line, max_block_chars):
-                    yield from split([piece], number, name)
+            if len(line) > max_block_chars or long_run:  # a long line (e.g. text without line breaks): cut at
+                for _, piece in cut_at_whitespace(line, max_block_chars):  # whitespace, long stretches inside
+                    for _, part in cut_long_runs(piece, max_run):
+                        if part.strip():
+                            yield from split([part], number, name)
                 continue
             if not block:
                 first = number
