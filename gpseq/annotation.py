@@ -25,8 +25,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
+from gpseq.errors import InputFormatError
 from gpseq.writers import sentence_record
+
+# what a field of a CoNLL line cannot hold: gpseq's reader splits fields on ASCII spaces and tabs (a
+# U+3000 token is fine) and lines on line breaks
+_NOT_IN_FIELD = re.compile(r"[ \t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 FORMATS = ("conll", "jsonl", "prodigy", "labelstudio")
 
@@ -90,6 +96,13 @@ def conll_block(item, rank: int, strategy: str) -> str:
     header = f"-DOCSTART- rank={rank} score={item.score:.6g} strategy={strategy}"
     if _source(item.sentence):
         header += f" source={_source(item.sentence)}"
+    for position, columns in enumerate(item.sentence.columns, start=1):
+        for field in columns:
+            if not field or _NOT_IN_FIELD.search(field):
+                raise InputFormatError(item.sentence.source or "<pool>", item.sentence.line,
+                                       f"token {position}: field {field!r} is empty or holds white space, which a "
+                                       "CoNLL line cannot carry (the file would not read back as these tokens); "
+                                       "use --format jsonl")
     rows = [" ".join([*columns, label]) for columns, label in zip(item.sentence.columns, item.tagged.labels)]
     return "\n".join([header, "", *rows]) + "\n\n"
 

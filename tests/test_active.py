@@ -407,3 +407,34 @@ def test_a_pool_of_repeated_sentences_still_gives_n_distinct_ones(trained):
     picked = tagger.select(pool, 30, "entropy", max_similarity=1.0, candidates=1, chunk_size=60, tag=False)
     assert len(picked) == 30 and len({tuple(p.sentence.tokens) for p in picked}) == 30
     assert all(p.index < 50 for p in picked)  # the first copy read stays
+
+
+def test_select_conll_output_reads_back_as_the_pool_tokens(cli_model):
+    """--format conll writes the pool's columns space-separated: a token with a space (a JSON Lines
+    or CoNLL-U pool may hold one, e.g. "New York") made a file that reads back with other columns or
+    not at all: exit 2 naming the pool line, nothing written. A CoNLL-U pool's rows start with the
+    word ID: a warning says to train with --token-column 1 (it trained on the IDs as tokens)."""
+    model, _, base = cli_model
+    pool = base / "pool.jsonl"
+    pool.write_text('{"tokens": ["Shares", "rose", "."]}\n{"tokens": ["She", "moved", "to", "New York", "."]}\n',
+                    encoding="utf-8")
+    out = base / "picked-space.conll"
+    out.write_text("kept\n", encoding="utf-8")
+    result = run_select(model, pool, "-n", 2, "--strategy", "random", "-o", out)
+    assert result.exit_code == 2
+    assert f"{pool}:2: token 4: field 'New York' is empty or holds white space" in result.output
+    assert out.read_text(encoding="utf-8") == "kept\n"
+    assert run_select(model, pool, "-n", 2, "--strategy", "random", "--format", "jsonl").exit_code == 0
+    conllu = base / "pool.conllu"
+    conllu.write_text("".join(
+        "".join(f"{i}\t{word}\t{word.lower()}\tX\t_\t_\t0\tdep\t_\t_\n" for i, word in enumerate(words, start=1)) + "\n"
+        for words in (["Shares", "rose", "."], ["She", "moved", "to", "Paris", "."])), encoding="utf-8")
+    picked = base / "picked-conllu.conll"
+    result = run_select(model, conllu, "-n", 2, "--strategy", "random", "-o", picked)
+    assert result.exit_code == 0, result.output
+    assert f"warning: {picked}: the tokens are column 1 of these lines" in result.output
+    assert "--token-column 1" in result.output
+    from gpseq.corpora import read_conll
+
+    assert sorted(s.tokens for s in read_conll(picked, token_column=1)) == [["Shares", "rose", "."],
+                                                                            ["She", "moved", "to", "Paris", "."]]

@@ -145,6 +145,21 @@ def select(
         write_selection(stream, picked, format_, strategy, scheme, model_version=model_version or model_dir.name,
                         from_name=from_name, to_name=to_name)
         stream.flush()
+    if format_ == "conll":
+        warn_token_column(picked, output)
     elapsed = time.perf_counter() - started
     err.print(f"picked {len(picked)} of {int(scanned):,} sentences by {strategy} in {elapsed:.1f} s"
               + (f" → {output}" if output is not None else ""))
+
+
+def warn_token_column(picked, output: Optional[Path]) -> None:
+    """One stderr line when the picked sentences' tokens are not the first column of the rows written
+    (a CoNLL-U pool: column 0 is the word ID; a pool read with --token-column K): the file trains
+    with --token-column K, not as it is."""
+    for item in picked:
+        first = item.sentence.columns[0] if item.sentence.columns else None
+        if first and first[0] != item.sentence.tokens[0]:
+            column = first.index(item.sentence.tokens[0]) if item.sentence.tokens[0] in first else "?"
+            typer.echo(f"warning: {output or '<stdout>'}: the tokens are column {column} of these lines, not the "
+                       f"first (e.g. CoNLL-U's FORM after its ID): train on it with --token-column {column}", err=True)
+            return
