@@ -661,6 +661,25 @@ def test_evaluate_refuses_a_label_column_the_features_read(sample, tmp_path):
     assert accepted.exit_code == 0, accepted.stderr
 
 
+def test_train_refuses_a_label_column_the_features_read(sample, tmp_path):
+    """`gpseq train` on a `token label` file with the chunking preset (which reads column 1 as POS)
+    would train on the gold labels as features (dev NLL near 0, a useless model): exit 2 naming the
+    file and nothing written; the same for a --dev file; with word-only features it trains."""
+    blocks = [b for b in (sample / "train.conll").read_text(encoding="utf-8").split("\n\n") if b.strip()][:40]
+    two_columns = tmp_path / "two.conll"
+    two_columns.write_text("".join("\n".join(f"{line.split()[0]} {line.split()[-1]}" for line in block.splitlines())
+                                   + "\n\n" for block in blocks), encoding="utf-8")
+    refused = invoke("train", two_columns, "-o", tmp_path / "m", "--features", "chunking")
+    assert refused.exit_code == 2
+    assert f"{two_columns}:1:" in one_line(refused) and "column 1" in one_line(refused)
+    assert not (tmp_path / "m").exists()
+    dev_refused = invoke("train", sample / "train.conll", "--dev", two_columns, "-o", tmp_path / "m2",
+                         "--features", "chunking")
+    assert dev_refused.exit_code == 2 and f"{two_columns}:1:" in one_line(dev_refused)
+    words_only = invoke("train", two_columns, "-o", tmp_path / "m3", "--features", "pos")
+    assert words_only.exit_code == 0, words_only.stderr
+
+
 def test_tag_reads_a_named_pipe(trained, library_tagger, tmp_path):
     """`gpseq tag MODEL <(zcat notes.txt.gz)`: the shell passes a named pipe (/dev/fd/N), which is read
     as a file is (it was refused as 'no such file'); a directory or a missing path still are."""

@@ -183,4 +183,4 @@ def check_label_not_a_feature(features, path: Path, format: str, label_column: i
             path, sentences[0].line,
             f"the labels are column {label}, which this model's features (preset {features.preset!r}) read "
             f"as a corpus column (e.g. POS tags): they would see the gold labels; give a file with column(s) "
-            f"{read} besides the label column")
+            f"{read} besides the label column, or features that read words only (--features pos or ner)")

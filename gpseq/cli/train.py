@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, command, read_labelled,
-                              require_file, stderr, stdout, tagger_module)
+from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, check_label_not_a_feature, command,
+                              read_labelled, require_file, stderr, stdout, tagger_module)
 from gpseq.cli.config import ConfigOptions, build_config
 from gpseq.corpora.types import UNLABELLED
 from gpseq.errors import InputFormatError
@@ -137,7 +138,12 @@ def train(
             sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
         dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding)
                          if dev is not None else None)
+        # a label column the features read as a corpus column (a two-column `token label` file with the
+        # chunking preset's POS column 1) would train on the gold labels: refused, as evaluate does
+        first = sentences[:1] if isinstance(sentences, list) else list(itertools.islice(iter(sentences), 1))
+        check_label_not_a_feature(tagger_config.features, train_corpus, format_, label_column, first)
         if dev_sentences is not None:
+            check_label_not_a_feature(tagger_config.features, dev, format_, label_column, dev_sentences[:1])
             warn_dev_only_labels(sentences, dev_sentences, dev)
 
         Tagger = tagger_module().Tagger
