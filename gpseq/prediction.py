@@ -17,6 +17,16 @@ import numpy as np
 from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
 
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
+# padded tokens × posterior draws a Monte Carlo batch holds at most: its arrays are S per token (the
+# chains' [S, B, T, V] and more), so a batch of PREDICT_TOKENS tokens at S = 100 held 12 GB with 44
+# labels; a sentence or window (≤ max_tokens tokens) longer than the share is a batch of its own
+PREDICT_TOKEN_DRAWS = 65_536
+
+
+def batch_tokens(mean: bool, samples: int) -> int:
+    """The padded tokens a prediction batch holds at most: PREDICT_TOKENS, and under Monte Carlo
+    (not `mean`) at most PREDICT_TOKEN_DRAWS / `samples`."""
+    return PREDICT_TOKENS if mean else max(1, min(PREDICT_TOKENS, PREDICT_TOKEN_DRAWS // max(1, int(samples))))
 
 
 class Predictor:
@@ -45,13 +55,14 @@ class Predictor:
         """Yields (sentence index array, marginals [B, T, V], paths [B, T], log p(path | X) [B]), and with
         `chains` a fifth item, the batch's `ChainPosterior` (exact span, path and n-best probabilities).
 
-        Batches hold at most `batch_size` sentences and PREDICT_TOKENS padded tokens (S× that
-        under Monte Carlo). A sentence longer than `max_tokens` is tagged in overlapping windows
+        Batches hold at most `batch_size` sentences and `batch_tokens` padded tokens (under Monte
+        Carlo at most PREDICT_TOKEN_DRAWS token × draw pairs, or one sentence or window). A sentence longer than `max_tokens` is tagged in overlapping windows
         of that many tokens, each token's results taken from the window where it is most central,
         and yielded alone (see `Tagger.tag`)."""
         numbers = itertools.count()  # one seed per compiled call
+        budget = batch_tokens(mean, samples)
         short = np.flatnonzero(data.lengths <= max_tokens)
-        for ids in token_batches(data.lengths[short], PREDICT_TOKENS, batch_size):
+        for ids in token_batches(data.lengths[short], budget, batch_size):
             marg, path, logp, posterior = self._batch(data, short[ids], mean, samples, [seed, next(numbers)], chains)
             yield (short[ids], marg, path, logp, posterior) if chains else (short[ids], marg, path, logp)
         for index in np.flatnonzero(data.lengths > max_tokens):
@@ -59,7 +70,7 @@ class Predictor:
             windows = sequence_windows(int(stop - start), max_tokens, self.overlap)  # [W, 4]
             pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
             marg = path = unary = pairwise = weights = None
-            for ids in token_batches(pieces.lengths, PREDICT_TOKENS, batch_size):
+            for ids in token_batches(pieces.lengths, budget, batch_size):
                 window_marg, window_path, _, window = self._batch(pieces, ids, mean, samples, [seed, next(numbers)],
                                                                   chains)
                 if marg is None:
@@ -116,7 +127,7 @@ class Predictor:
             owner, sign, pieces = np.arange(len(data)), np.ones(len(data)), data
         out = np.zeros(len(data))
         clipped = SequenceData(pieces.rows, pieces.offsets, np.maximum(pieces.label_ids, 0))  # unseen: −inf below
-        for number, ids in enumerate(token_batches(pieces.lengths, PREDICT_TOKENS, batch_size)):
+        for number, ids in enumerate(token_batches(pieces.lengths, batch_tokens(mean, samples), batch_size)):
             if mean and self.linear is not None:
                 logp = self.linear.log_probs(clipped, ids)
             else:

@@ -1177,6 +1177,7 @@ def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tag
     max_tokens tokens, for sentences of thousands of tokens tagged and scored next to short ones:
     memory bounded by construction."""
     import gpseq.prediction as prediction_module
+    from gpseq.corpora import Sentence
     from gpseq.linear_predictive import LinearPredictive
 
     shapes = []
@@ -1200,6 +1201,17 @@ def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tag
     assert len(shapes) >= 4
     assert max(T for _, T in shapes) <= 300
     assert max(B * T for B, T in shapes) <= prediction_module.PREDICT_TOKENS
+    # Monte Carlo: S draws of every token, so at most PREDICT_TOKEN_DRAWS tokens × draws a batch, or
+    # one sentence or window alone (at S = 100 a batch of PREDICT_TOKENS tokens held 12 GB with 44 labels)
+    shapes.clear()
+    samples = 100
+    sentences = [tokens[:40]] * 30 + [tokens]
+    default_tagger.tag(sentences, samples=samples, max_tokens=300)
+    short = Sentence(tokens=tokens[:40], labels=long_sentence.labels[:40])
+    default_tagger.gold_log_probs([long_sentence] + [short] * 30, samples=samples, max_tokens=300)
+    assert len(shapes) >= 8
+    assert all(B * T * samples <= prediction_module.PREDICT_TOKEN_DRAWS or B == 1 for B, T in shapes), shapes
+    assert max(T for _, T in shapes) <= 300
 
 
 def _unpunctuated_words(n_words: int, seed: int = 0) -> list[str]:
