@@ -731,3 +731,20 @@ def test_tag_conll_output_refuses_a_token_with_a_tab_or_line_break(trained, tmp_
     path.write_text('{"tokens": ["New York", "city"]}\n', encoding="utf-8")  # a space: the fields are tab-separated
     conll = invoke("tag", model_dir, path, "--mean")
     assert conll.exit_code == 0 and [row[0] for row in parse_conll_output(conll.stdout)[0]] == ["New York", "city"]
+
+
+def test_tag_into_a_closed_pipe_stops_quietly(trained, tmp_path):
+    """`gpseq tag MODEL text | head -1`: when the reader closes the pipe, gpseq stops with exit 141
+    and no message (it printed 'error: ?: Broken pipe' and exited 1)."""
+    model_dir, _ = trained
+    text = tmp_path / "long.txt"
+    text.write_text(("The committee approved the new budget on Tuesday. " * 2000) + "\n", encoding="utf-8")
+    process = subprocess.Popen([sys.executable, "-m", "gpseq", "tag", str(model_dir), str(text)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()  # 16,000 tokens of output: far more than a pipe holds
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    code = process.wait(timeout=120)
+    assert first.strip()
+    assert code == 141, stderr
+    assert not re.search(r"^error:|Broken pipe|Traceback", stderr, re.MULTILINE), stderr

@@ -118,6 +118,9 @@ def command(function):
         except (PermissionError, IsADirectoryError, NotADirectoryError) as error:  # a path the user gave
             failure = OutputError(error.filename or "?", error.strerror or str(error))
             trace = traceback.format_exc()
+        except BrokenPipeError:  # the reader of stdout went away (`gpseq tag … | head`): stop quietly, as
+            _stdout_to_devnull()  # Unix tools killed by SIGPIPE do (and no second error at exit's flush)
+            raise typer.Exit(141) from None
         except OSError as error:  # e.g. a full disk: still one line naming the file
             failure = GpseqError(f"{error.filename or '?'}: {error.strerror or error}")
             trace = traceback.format_exc()
@@ -130,6 +133,18 @@ def command(function):
         raise typer.Exit(failure.exit_code)
 
     return wrapper
+
+
+def _stdout_to_devnull() -> None:
+    """Point file descriptor 1 at /dev/null: what is still buffered for a closed pipe goes nowhere."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind stdout (captured): nothing to redirect
+        pass
 
 
 def require_file(path: Path) -> Path:
