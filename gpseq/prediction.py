@@ -56,9 +56,10 @@ class Predictor:
         `chains` a fifth item, the batch's `ChainPosterior` (exact span, path and n-best probabilities).
 
         Batches hold at most `batch_size` sentences and `batch_tokens` padded tokens (under Monte
-        Carlo at most PREDICT_TOKEN_DRAWS token × draw pairs, or one sentence or window). A sentence longer than `max_tokens` is tagged in overlapping windows
-        of that many tokens, each token's results taken from the window where it is most central,
-        and yielded alone (see `Tagger.tag`)."""
+        Carlo at most PREDICT_TOKEN_DRAWS token × draw pairs, or one sentence or window). A
+        sentence longer than `max_tokens` is tagged in overlapping windows of that many tokens,
+        each token's results taken from the window where it is most central, and yielded alone
+        (see `Tagger.tag`)."""
         numbers = itertools.count()  # one seed per compiled call
         budget = batch_tokens(mean, samples)
         short = np.flatnonzero(data.lengths <= max_tokens)

@@ -244,7 +244,8 @@ class Tagger:
         `chains`, the batch's `ChainPosterior`.
 
         Batches hold at most `batch_size` sentences and `prediction.PREDICT_TOKENS` padded tokens
-        (under Monte Carlo at most `prediction.PREDICT_TOKEN_DRAWS` tokens × draws, or one sentence). A sentence longer than `max_tokens` (default: the config's
+        (under Monte Carlo at most `prediction.PREDICT_TOKEN_DRAWS` tokens × draws, or one
+        sentence). A sentence longer than `max_tokens` (default: the config's
         `predict_max_tokens`) is tagged in overlapping windows of that many tokens and yielded
         alone, stitched (see `tag`)."""
         data = SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), None)
