@@ -10,7 +10,7 @@ import pytest
 
 from gpseq.corpora.schemes import spans
 from gpseq.errors import ConfigError
-from gpseq.structured.spans import ChainPosterior, SpanScheme, max_expected_f1_spans, span_queries
+from gpseq.structured.spans import ChainPosterior, SpanScheme, max_expected_f1_spans, span_queries, top_k
 
 LABELSETS = {
     "iob2": ["B-A", "I-A", "B-B", "I-B", "O"],
@@ -136,6 +136,17 @@ def test_token_marginals_and_path_probabilities_equal_enumeration():
         np.testing.assert_allclose(marg[b, :L], expected_marg, atol=1e-12)
         assert np.all(marg[b, L:] == 0)
         assert log_p[b] == pytest.approx(np.log(expected_p), abs=1e-10)
+
+
+def test_top_k_equals_a_stable_full_sort():
+    """`top_k` picks what a stable descending argsort puts first, ties (−inf among them) by index."""
+    rng = np.random.default_rng(5)
+    for shape in [(3, 7), (4, 5, 12), (2, 3, 1), (5, 2, 30)]:
+        for values in (rng.normal(size=shape), rng.integers(0, 3, size=shape).astype(float)):
+            values = np.where(rng.random(shape) < 0.3, -np.inf, values)
+            for k in range(1, shape[-1] + 2):
+                expected = np.argsort(-values, axis=-1, kind="stable")[..., :k]
+                np.testing.assert_array_equal(top_k(values, k), expected)
 
 
 def test_nbest_equals_enumeration():

@@ -89,6 +89,22 @@ class SpanScheme:
             raise ConfigError(f"no chunk type {kind!r} among the model's labels ({', '.join(self.types)})") from None
 
 
+def top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices `[..., k]` of the k largest of `values [..., M]` along the last axis, largest first,
+    ties by lower index: `np.argsort(-values, axis=-1, kind="stable")[..., :k]` in O(M) instead
+    of O(M log M) (k-best Viterbi ranks V·k candidates per label and step). No NaN in `values`."""
+    M = values.shape[-1]
+    if k >= M:
+        return np.argsort(-values, axis=-1, kind="stable")
+    kth = -np.partition(-values, k - 1, axis=-1)[..., k - 1 : k]  # the k-th largest value
+    above, tied = values > kth, values == kth  # −inf == −inf: ties at −inf count too
+    missing = k - above.sum(axis=-1, keepdims=True)  # how many of the tied ones, the lowest indices
+    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= missing))  # exactly k per row
+    picked = np.nonzero(chosen.reshape(-1, M))[1].reshape(*values.shape[:-1], k)  # their indices, in order
+    order = np.argsort(-np.take_along_axis(values, picked, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(picked, order, axis=-1)
+
+
 def _log_matmul(log_x, matrix):
     """log(exp(log_x) @ matrix) `[R, N, V]` for log_x `[R, N, V]` and a non-negative matrix `[R, V, V]`
     (−inf where the sum is 0)."""
@@ -221,15 +237,16 @@ class ChainPosterior:
         delta[:, :, 0] = unary[:, 0]
         back = np.zeros((T, B, V, k), dtype=np.int64)  # flat (previous label · k + previous rank)
         keep = (np.arange(V)[:, None] * k + np.arange(k)[None, :])[None]  # identity pointer [1, V, k]
+        into = np.repeat(pairwise.T, k, axis=1)[None]  # [1, V, V·k]: W(i, j) at [j, i·k + r]
         for t in range(1, T):
-            candidates = (delta[:, :, :, None] + pairwise[None, :, None, :]).reshape(B, V * k, V)  # [B, V·k, V]
-            order = np.argsort(-candidates, axis=1, kind="stable")[:, :k]  # [B, k, V]
-            best = np.take_along_axis(candidates, order, axis=1)  # [B, k, V]
+            candidates = delta.reshape(B, 1, V * k) + into  # [B, V, V·k]: next label j, (previous label, rank)
+            order = top_k(candidates, k)  # [B, V, k]
+            best = np.take_along_axis(candidates, order, axis=-1)
             running = (t < self.lengths)[:, None, None]
-            delta = np.where(running, np.swapaxes(best, 1, 2) + unary[:, t, :, None], delta)
-            back[t] = np.where(running, np.swapaxes(order, 1, 2), keep)
+            delta = np.where(running, best + unary[:, t, :, None], delta)
+            back[t] = np.where(running, order, keep)
         final = delta.reshape(B, V * k)
-        top = np.argsort(-final, axis=1, kind="stable")[:, :k]  # [B, k] flat (label · k + rank)
+        top = top_k(final, k)  # [B, k] flat (label · k + rank)
         found = np.isfinite(np.take_along_axis(final, top, axis=1))  # [B, k]
         paths = np.zeros((B, k, T), dtype=np.int64)
         state = top
