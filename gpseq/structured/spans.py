@@ -92,17 +92,30 @@ class SpanScheme:
 def top_k(values: np.ndarray, k: int) -> np.ndarray:
     """Indices `[..., k]` of the k largest of `values [..., M]` along the last axis, largest first,
     ties by lower index: `np.argsort(-values, axis=-1, kind="stable")[..., :k]` in O(M) instead
-    of O(M log M) (k-best Viterbi ranks V·k candidates per label and step). No NaN in `values`."""
+    of O(M log M) (k-best Viterbi ranks V·k candidates per label and step). No NaN in `values`.
+    A partition picks k of them; only the rows where a value equal to the k-th largest was left
+    out (a tie at the boundary, e.g. −inf before k paths exist) take `_tied_top_k`."""
     M = values.shape[-1]
     if k >= M:
         return np.argsort(-values, axis=-1, kind="stable")
-    kth = -np.partition(-values, k - 1, axis=-1)[..., k - 1 : k]  # the k-th largest value
-    above, tied = values > kth, values == kth  # −inf == −inf: ties at −inf count too
-    missing = k - above.sum(axis=-1, keepdims=True)  # how many of the tied ones, the lowest indices
-    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= missing))  # exactly k per row
-    picked = np.nonzero(chosen.reshape(-1, M))[1].reshape(*values.shape[:-1], k)  # their indices, in order
+    picked = np.argpartition(-values, k - 1, axis=-1)[..., :k]
+    picked_values = np.take_along_axis(values, picked, axis=-1)
+    tied = (values >= picked_values.min(axis=-1, keepdims=True)).sum(axis=-1) > k
+    if tied.any():
+        picked[tied] = _tied_top_k(values[tied], k)
+    picked = np.sort(picked, axis=-1)  # index order, so that the stable sort below breaks ties by index
     order = np.argsort(-np.take_along_axis(values, picked, axis=-1), axis=-1, kind="stable")
     return np.take_along_axis(picked, order, axis=-1)
+
+
+def _tied_top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """The indices `[N, k]` of the k largest of each row of `values [N, M]` (any order), ties at the
+    k-th largest value taken from the lowest indices."""
+    kth = -np.partition(-values, k - 1, axis=-1)[:, k - 1 : k]
+    above, tied = values > kth, values == kth  # −inf == −inf: ties at −inf count too
+    missing = k - above.sum(axis=-1, keepdims=True)
+    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= missing))  # exactly k per row
+    return np.nonzero(chosen)[1].reshape(len(values), k)
 
 
 def _log_matmul(log_x, matrix):
