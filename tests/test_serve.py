@@ -213,6 +213,22 @@ def test_tag_raw_text_as_gpseq_tag_reads_it(client, trained):
         assert_record_equals(record, reference)
 
 
+def test_raw_text_lines_split_as_a_text_file_reads_them(client, tmp_path):
+    """A text's lines end where a text file's do for `gpseq tag` (at LF, a CR before it dropped), not
+    at the other line ends of `str.splitlines` (a lone CR, U+2028, form feed, U+0085 ...): the same
+    sentences and line numbers as `gpseq tag` reading the text from a file."""
+    from gpseq.corpora.text import blank_nlp, iter_text
+
+    text = "Ducks swim.\u2028Geese fly.\x0cOwls hunt.\x85Cats nap.\r\nDogs bark.\rCows moo.\n\nBirds sing."
+    path = tmp_path / "text.txt"
+    path.write_bytes(text.encode("utf-8"))
+    expected = [(s.tokens, s.line) for s in iter_text(path, blank_nlp("en"), name="text")]
+    reply = client.post("/tag", json={"text": text})
+    assert reply.status_code == 200, reply.text
+    assert [(r["tokens"], r["line"]) for r in reply.json()["sentences"]] == expected
+    assert [line for _, line in expected][-3:] == [2, 2, 4]  # Dogs (after CR LF), Cows (a lone CR), Birds
+
+
 def test_full_distribution(client, trained):
     tagger = trained["text"][1]
     reply = client.post("/tag", json={"sentences": [["Prices", "rose", "."]], "full_distribution": True})

@@ -73,7 +73,9 @@ class ServedModel:
             if self._nlp is None:
                 self._nlp = blank_nlp(self.lang)
             sentences = []
-            for sentence in iter_text(text.splitlines(), self._nlp, name="text", max_tokens=TEXT_MAX_TOKENS):
+            # lines end at \n (a \r before it dropped) as a text file's do for `gpseq tag`, not also
+            # at a lone \r, U+2028, form feeds … as `str.splitlines` would: the same blocks and line numbers
+            for sentence in iter_text(text.split("\n"), self._nlp, name="text", max_tokens=TEXT_MAX_TOKENS):
                 sentences.append(sentence)
                 if len(sentences) > max_sentences:
                     break
