@@ -410,6 +410,23 @@ def test_fetch_through_a_mirror_verifies_checksums(corpora_dir, tmp_path):
         corpus_path("crfpp-seg", "dev", root=tmp_path / "dest")
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_fetch_onto_a_directory_names_it_and_leaves_it(corpora_dir, tmp_path, force):
+    """A corpus file's place taken by a directory: a one-line error naming that path (not a
+    temporary file), and the directory and what is in it left as they were."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(corpora_dir / "crfpp" / "seg", mirror / "crfpp" / "seg")
+    taken = tmp_path / "dest" / "crfpp" / "seg" / "test.data"
+    taken.mkdir(parents=True)
+    (taken / "mine.txt").write_text("keep me")
+    with pytest.raises(GpseqError) as raised:
+        fetch_corpus("crfpp-seg", tmp_path / "dest", mirror=mirror, force=force)
+    assert str(raised.value).startswith(f"{taken}: ") and ".tmp-" not in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert (taken / "mine.txt").read_text() == "keep me"
+    assert not [p for p in taken.parent.iterdir() if p.name.startswith(".")]
+
+
 def test_fetch_conll2000_from_the_shared_mirror(corpora_dir, tmp_path):
     folder = fetch_corpus("conll2000", tmp_path, mirror=corpora_dir)
     assert (folder / "test.txt").read_bytes() == (corpora_dir / "conll2000" / "test.txt").read_bytes()

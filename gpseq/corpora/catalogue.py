@@ -89,6 +89,8 @@ def fetch_corpus(
         target = dest_dir / relative
         folders.add(target.parent)
         expected = spec["sha256"] if verify else None
+        if target.exists() and not target.is_file():  # a directory, …: neither checked nor replaced
+            raise GpseqError(f"{target}: exists and is not a file; move it away to fetch {entry['name']} here")
         if target.exists() and not force:
             _check(target, expected, f"{target} (already present; fetch with force to replace it)")
             continue
