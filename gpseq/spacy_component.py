@@ -193,7 +193,10 @@ class GpseqComponent:
         """The token lists to tag (sentences without whitespace tokens) and the Doc each belongs to."""
         sequences, owners = [], []
         for number, doc in enumerate(docs):
-            missing = [name for name in self._annotations if len(doc) and not doc.has_annotation(name)]
+            # A Doc of whitespace only has nothing to tag, here or in an earlier gpseq component (which
+            # then set no annotation): not a missing component.
+            has_words = any(not token.is_space for token in doc)
+            missing = [name for name in self._annotations if has_words and not doc.has_annotation(name)]
             if missing:
                 raise ConfigError(
                     f"gpseq component {self.name!r}: the model's features read token annotation {missing} "

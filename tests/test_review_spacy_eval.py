@@ -1,0 +1,68 @@
+"""Edge cases of the spaCy component and of `gpseq evaluate`: whitespace-only Docs in a POS → chunker
+pipeline, span extensions already registered by someone else, option errors of the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+spacy = pytest.importorskip("spacy")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "corpora" / "sample"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict:
+    """Tiny models trained on the bundled sample: a POS tagger (column 1) and a chunker (POS features)."""
+    from gpseq.corpora import Sentence, read_conll
+    from gpseq.features import get_preset
+    from gpseq.structured.model import ModelConfig
+    from gpseq.tagger import Tagger, TaggerConfig
+    from gpseq.training.trainer import TrainingConfig
+
+    if not (SAMPLE / "train.conll").is_file():
+        pytest.skip("the bundled sample corpus is absent")
+    train = read_conll(SAMPLE / "train.conll")
+    pos_train = [Sentence(s.tokens, [row[1] for row in s.columns], s.columns) for s in train]
+    training = TrainingConfig(max_steps=15, early_stopping="none", dev_fraction=0.0, batch_size=32, seed=1)
+    base = tmp_path_factory.mktemp("review_models")
+    pos = Tagger.train(pos_train, TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear"),
+                                               training=training, predict_samples=4))
+    chunk = Tagger.train(train, TaggerConfig(features=get_preset("chunking"), model=ModelConfig(kernel="linear"),
+                                             training=training, predict_samples=4))
+    return {"pos": pos.save(base / "pos"), "chunk": chunk.save(base / "chunk")}
+
+
+def _pipeline(models, **chunk_config):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("gpseq", name="pos", config={"model": str(models["pos"]), "extension": "pos_probs", "mean": True})
+    nlp.add_pipe("gpseq", name="chunker", config={"model": str(models["chunk"]), "mean": True, **chunk_config})
+    return nlp
+
+
+def test_a_whitespace_only_doc_passes_through_a_pos_then_chunker_pipeline(models):
+    """The POS tagger has no token to tag in "   \\n\\n ", so it sets no TAG; the chunker took that for a
+    missing POS component and raised, stopping `nlp.pipe` over a corpus at its first blank text."""
+    nlp = _pipeline(models)
+    texts = ["The company said sales fell .", "   \n\n ", "", "Profits rose ."]
+    docs = list(nlp.pipe(texts, batch_size=2))
+    blank = docs[1]
+    assert len(blank) > 0 and all(token.is_space for token in blank)
+    assert list(blank.spans["gpseq"]) == []
+    assert all(token.tag_ == "" and token._.gpseq_probs is None and token._.pos_probs is None for token in blank)
+    for text, doc in zip(texts, docs):  # the other Docs as when tagged alone
+        alone = nlp(text) if text.strip() else None
+        if alone is not None:
+            assert [t.tag_ for t in doc] == [t.tag_ for t in alone]
+            assert [(s.start, s.end, s.label_) for s in doc.spans["gpseq"]] == \
+                   [(s.start, s.end, s.label_) for s in alone.spans["gpseq"]]
+    # A Doc with words and no POS component before the chunker is still the clear error.
+    from gpseq.errors import ConfigError
+
+    alone = spacy.blank("en")
+    alone.add_pipe("gpseq", config={"model": str(models["chunk"])})
+    with pytest.raises(ConfigError, match="TAG"):
+        alone("The cat sat .")
