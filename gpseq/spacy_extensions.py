@@ -55,5 +55,7 @@ def register_extensions(extension: str, span_extension: str) -> None:
     existing = Span.get_extension(span_extension)
     if existing is None:
         Span.set_extension(span_extension, default=None)
-    elif existing[0] is not None:  # (default, method, getter, setter)
+    elif any(part is not None for part in existing):  # (default, method, getter, setter)
+        # a foreign default, method, getter or setter: the span probabilities written would not be
+        # what `span._.<span_extension>` reads
         raise ConfigError(f"Span extension {span_extension!r} is already set by someone else; choose another")

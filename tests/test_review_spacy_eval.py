@@ -66,3 +66,29 @@ def test_a_whitespace_only_doc_passes_through_a_pos_then_chunker_pipeline(models
     alone.add_pipe("gpseq", config={"model": str(models["chunk"])})
     with pytest.raises(ConfigError, match="TAG"):
         alone("The cat sat .")
+
+
+@pytest.mark.parametrize("how", [{"getter": lambda span: 1.0}, {"method": lambda span: 1.0},
+                                 {"default": 0.5}])
+def test_a_span_extension_someone_else_set_is_refused(models, how):
+    """A Span extension of that name with a getter or method (not only a default) was accepted: the
+    component then wrote its probabilities where `span._.<name>` never reads them (the other getter
+    answered 1.0 for every span)."""
+    from spacy.tokens import Span
+
+    from gpseq.errors import ConfigError
+
+    name = f"review_span_prob_{next(iter(how))}"
+    Span.set_extension(name, **how)
+    try:
+        with pytest.raises(ConfigError, match=name):
+            _pipeline(models, span_extension=name)
+    finally:
+        Span.remove_extension(name)
+    # Ours, registered once, is shared by a second component with the same setting.
+    nlp = _pipeline(models, span_extension="review_span_prob")
+    nlp.add_pipe("gpseq", name="chunker2", config={"model": str(models["chunk"]), "mean": True,
+                                                    "spans_key": "other", "span_extension": "review_span_prob"})
+    doc = nlp("The company said sales fell sharply .")
+    assert len(doc.spans["gpseq"]) > 0
+    assert all(0.0 < span._.review_span_prob <= 1.0 for span in doc.spans["other"])
