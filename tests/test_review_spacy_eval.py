@@ -92,3 +92,21 @@ def test_a_span_extension_someone_else_set_is_refused(models, how):
     doc = nlp("The company said sales fell sharply .")
     assert len(doc.spans["gpseq"]) > 0
     assert all(0.0 < span._.review_span_prob <= 1.0 for span in doc.spans["other"])
+
+
+@pytest.mark.parametrize("samples", ["-2", "0"])
+def test_evaluate_refuses_a_non_positive_samples_in_one_line(models, tmp_path, samples):
+    """`gpseq evaluate --samples -2` ended in a TensorFlow traceback ("Dimension -2 must be >= 0") and
+    exit 1; `--samples 0` silently used the model's default draws. Now one line and exit 4, as `tag`."""
+    from typer.testing import CliRunner
+
+    from gpseq import cli
+
+    corpus = tmp_path / "test.conll"
+    corpus.write_text("The DT B-NP\ncat NN I-NP\nsat VBD B-VP\n\n", encoding="utf-8")
+    before = corpus.read_bytes()
+    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--samples", samples])
+    assert result.exit_code == 4, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == [f"error: --samples must be >= 1; got {samples}"]
+    assert corpus.read_bytes() == before

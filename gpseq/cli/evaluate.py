@@ -88,6 +88,8 @@ def evaluate(
     are left out and counted."""
     from gpseq.errors import ConfigError, InputFormatError
 
+    if samples is not None and samples < 1:
+        raise ConfigError(f"--samples must be >= 1; got {samples}")
     if target_error is not None and not 0.0 <= target_error < 1.0:
         raise ConfigError(f"--target-error must be in [0, 1); got {target_error}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
