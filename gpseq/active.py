@@ -71,8 +71,28 @@ def _potentials_fn(model, kind: str):
         return cache[kind]
     import tensorflow as tf
 
-    from gpseq.structured import predict
     from gpseq.training.batching import batch_signature
+
+    # the functions reach the model through a weak reference: a strong one, held by the cache's
+    # value, would keep every model a select ever scored with alive (a weak key's value must not
+    # refer to its key)
+    model_ref = weakref.ref(model)
+    del model
+
+    def chains(batch, samples, seed, scale):
+        return _chains(model_ref(), kind, batch, samples, seed, scale)
+
+    signature = [batch_signature(model_ref().dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32),
+                 tf.TensorSpec([], tf.float64)]
+    cache[kind] = tf.function(chains, input_signature=signature)
+    return cache[kind]
+
+
+def _chains(model, kind: str, batch, samples, seed, scale):
+    """The chains of `_potentials_fn` (traced there)."""
+    import tensorflow as tf
+
+    from gpseq.structured import predict
 
     def flatten(unary, pairwise):
         K, S = tf.shape(unary)[0], tf.shape(unary)[1]
@@ -82,21 +102,15 @@ def _potentials_fn(model, kind: str):
         weights = tf.reshape(tf.repeat(model.mixture_weights()[:, None], S, axis=1), [-1]) / tf.cast(S, unary.dtype)
         return flat_unary, flat_pairwise, weights
 
-    def chains(batch, samples, seed, scale):
-        if kind == "predictive":
-            unary, pairwise = predict.predictive_potentials(model, batch)
-            return unary[None], pairwise[None], tf.ones([1], unary.dtype)
-        if kind == "calibrated":
-            return flatten(*predict.calibrated_samples(model, batch, samples, seed))
-        unary, pairwise = model.sample_potentials(batch, samples, seed)
-        mean, pair_mean = predict.mean_potentials(model, batch)
-        root = tf.sqrt(tf.cast(scale, unary.dtype))
-        return flatten(mean + root * (unary - mean), pair_mean + root * (pairwise - pair_mean))
-
-    signature = [batch_signature(model.dtype), tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int32),
-                 tf.TensorSpec([], tf.float64)]
-    cache[kind] = tf.function(chains, input_signature=signature)
-    return cache[kind]
+    if kind == "predictive":
+        unary, pairwise = predict.predictive_potentials(model, batch)
+        return unary[None], pairwise[None], tf.ones([1], unary.dtype)
+    if kind == "calibrated":
+        return flatten(*predict.calibrated_samples(model, batch, samples, seed))
+    unary, pairwise = model.sample_potentials(batch, samples, seed)
+    mean, pair_mean = predict.mean_potentials(model, batch)
+    root = tf.sqrt(tf.cast(scale, unary.dtype))
+    return flatten(mean + root * (unary - mean), pair_mean + root * (pairwise - pair_mean))
 
 
 def _chain_kind(strategy: str, samples: int | None, variance_scale, deterministic: bool) -> str:
