@@ -110,3 +110,17 @@ def test_evaluate_refuses_a_non_positive_samples_in_one_line(models, tmp_path, s
     lines = result.output.strip().splitlines()
     assert lines == [f"error: --samples must be >= 1; got {samples}"]
     assert corpus.read_bytes() == before
+
+
+def test_evaluate_refuses_bins_below_one_before_tagging(models, tmp_path):
+    """`--bins 0` failed only after the whole corpus was tagged, with "n_bins must be >= 1" (no option
+    named); now at once, naming --bins."""
+    from typer.testing import CliRunner
+
+    from gpseq import cli
+
+    corpus = tmp_path / "test.conll"
+    corpus.write_text("The DT B-NP\ncat NN I-NP\n\n", encoding="utf-8")
+    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--bins", "0"])
+    assert result.exit_code == 4, result.output
+    assert result.output.strip().splitlines() == ["error: --bins must be >= 1; got 0"]

@@ -88,6 +88,8 @@ def evaluate(
     are left out and counted."""
     from gpseq.errors import ConfigError, InputFormatError
 
+    if bins < 1:
+        raise ConfigError(f"--bins must be >= 1; got {bins}")
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1; got {samples}")
     if target_error is not None and not 0.0 <= target_error < 1.0:
