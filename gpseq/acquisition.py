@@ -118,14 +118,17 @@ def mixture_path_log_probs(posterior, paths: np.ndarray) -> np.ndarray:
 
 def _mixture_terms(posterior, paths_per_chain: int, rng: np.random.Generator):
     """(log p_r(y_rn) `[R, n, B]`, log p̄(y_rn) `[R, n, B]`) for `n` paths sampled from each chain r."""
-    R = posterior.unary.shape[0]
     paths = sample_paths(posterior, paths_per_chain, rng)  # [R, n, B, T]
-    log_p = mixture_path_log_probs(posterior, paths)  # [Q, R, n, B]
     with np.errstate(divide="ignore"):
-        log_w = np.log(posterior.weights)[:, None, None, None]
-    shift = np.max(log_p + log_w, axis=0)
-    log_mixture = shift + np.log(np.sum(np.exp(log_p + log_w - shift), axis=0))  # [R, n, B]
-    own = log_p[np.arange(R), np.arange(R)]  # [R, n, B]: each path under the chain it came from
+        log_w = np.log(posterior.weights)[:, None, None]
+    own = np.empty(paths.shape[:-1])
+    log_mixture = np.empty(paths.shape[:-1])
+    # one source chain's paths at a time: all R · n paths under all R chains at once is R² · n · B · T
+    for r in range(len(paths)):
+        log_p = mixture_path_log_probs(posterior, paths[r])  # [Q, n, B]
+        shift = np.max(log_p + log_w, axis=0)
+        log_mixture[r] = shift + np.log(np.sum(np.exp(log_p + log_w - shift), axis=0))
+        own[r] = log_p[r]  # each path under the chain it came from
     return own, log_mixture
 
 
