@@ -58,6 +58,12 @@ def labelled_spans(tagged, scheme: str | None) -> list[tuple[str, int, int, floa
     return [(label, t, t + 1, float(p)) for t, (label, p) in enumerate(zip(tagged.labels, tagged.confidences))]
 
 
+def _rounded(x: float) -> float:
+    """`x` to 6 significant digits (scores of a confident model are 1e-6 and below: 6 decimals made
+    them all 0)."""
+    return float(f"{x:.6g}")
+
+
 def _source(sentence) -> str | None:
     return None if sentence.source is None else f"{sentence.source}:{sentence.line}"
 
@@ -68,9 +74,9 @@ def prodigy_task(item, rank: int, strategy: str, scheme: str | None) -> dict:
     tokens = [{"text": token, "start": start, "end": end, "id": i, "ws": space}
               for i, (token, (start, end), space) in enumerate(zip(tagged.tokens, offsets, spaces))]
     spans = [{"start": offsets[i][0], "end": offsets[j - 1][1], "token_start": i, "token_end": j - 1,
-              "label": label, "text": text[offsets[i][0]:offsets[j - 1][1]], "score": round(p, 6)}
+              "label": label, "text": text[offsets[i][0]:offsets[j - 1][1]], "score": _rounded(p)}
              for label, i, j, p in labelled_spans(tagged, scheme)]
-    meta = {"score": round(item.score, 6), "strategy": strategy, "rank": rank}
+    meta = {"score": _rounded(item.score), "strategy": strategy, "rank": rank}
     if _source(item.sentence):
         meta["source"] = _source(item.sentence)
     return {"text": text, "tokens": tokens, "spans": spans, "meta": meta}
@@ -82,13 +88,13 @@ def labelstudio_task(item, rank: int, strategy: str, scheme: str | None, *, mode
     text, offsets, _ = token_offsets(item.sentence, tagged.tokens)
     result = [{"id": f"r{rank}-{n}", "from_name": from_name, "to_name": to_name, "type": "labels",
                "value": {"start": offsets[i][0], "end": offsets[j - 1][1],
-                         "text": text[offsets[i][0]:offsets[j - 1][1]], "labels": [label], "score": round(p, 6)}}
+                         "text": text[offsets[i][0]:offsets[j - 1][1]], "labels": [label], "score": _rounded(p)}}
               for n, (label, i, j, p) in enumerate(labelled_spans(tagged, scheme))]
     confidence = math.exp(tagged.sequence_log_prob) if math.isfinite(tagged.sequence_log_prob) else 0.0
-    data = {"text": text, "gpseq_score": round(item.score, 6), "gpseq_rank": rank, "gpseq_strategy": strategy}
+    data = {"text": text, "gpseq_score": _rounded(item.score), "gpseq_rank": rank, "gpseq_strategy": strategy}
     if _source(item.sentence):
         data["gpseq_source"] = _source(item.sentence)
-    return {"data": data, "predictions": [{"model_version": model_version, "score": round(confidence, 6),
+    return {"data": data, "predictions": [{"model_version": model_version, "score": _rounded(confidence),
                                            "result": result}]}
 
 

@@ -66,3 +66,26 @@ def test_sequence_level_memory_grows_linearly_with_the_draws():
     large, scores = peak(64)
     assert np.all(np.isfinite(scores))
     assert large / small < 2.5  # linear in R: 2 (quadratic: 4)
+
+
+def test_tool_outputs_keep_small_scores():
+    """Prodigy's meta score and Label Studio's gpseq_score and prediction score were rounded to 6
+    decimals: a BALD score of a confident model (1e-6 and below) and P(labels | X) of a long sentence
+    came out 0.0 for every task, their order lost. They keep 6 significant digits."""
+    from types import SimpleNamespace
+
+    from gpseq.active import Selected
+    from gpseq.annotation import labelstudio_task, prodigy_task
+    from gpseq.corpora.types import Sentence
+
+    sentence = Sentence(tokens=["Acme", "rose", "."])
+    tagged = SimpleNamespace(tokens=sentence.tokens, labels=["B-NP", "B-VP", "O"], confidences=[0.9, 0.8, 1.0],
+                             spans=[("NP", 0, 1, 3.5e-8), ("VP", 1, 2, 0.75)], sequence_log_prob=-30.0)
+    item = Selected(0, sentence, 3.25e-9, tagged)
+    task = prodigy_task(item, 1, "bald", "iob2")
+    assert task["meta"]["score"] == pytest.approx(3.25e-9, rel=1e-5)
+    assert [span["score"] for span in task["spans"]] == pytest.approx([3.5e-8, 0.75], rel=1e-5)
+    task = labelstudio_task(item, 1, "bald", "iob2", model_version="m")
+    assert task["data"]["gpseq_score"] == pytest.approx(3.25e-9, rel=1e-5)
+    assert task["predictions"][0]["score"] == pytest.approx(np.exp(-30.0), rel=1e-5)
+    assert [r["value"]["score"] for r in task["predictions"][0]["result"]] == pytest.approx([3.5e-8, 0.75], rel=1e-5)
