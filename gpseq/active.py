@@ -241,15 +241,20 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
     best: list[tuple] = []  # min-heap of (score, tie key, index, sentence): the `keep` best so far
     kept: set[tuple] = set()  # their token sequences
     done = tokens = 0
+    # one stream each over the whole pool, a draw per sentence: the random order and the tie keys
+    # do not depend on how the pool is cut into chunks
+    order, tie_keys = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 3])
     for number, chunk in enumerate(_chunks(pool, chunk_size)):
         chunk = _as_sentences(chunk)
         usable = [i for i, s in enumerate(chunk) if len(s.tokens)]
         scores = np.full(len(chunk), -np.inf)
-        if usable:
+        if strategy == "random":
+            scores[usable] = order.random(len(chunk))[usable]
+        elif usable:
             scores[usable] = score_sentences(tagger, [chunk[i] for i in usable], strategy, level=level,
                                              normalise=normalise, samples=samples, variance_scale=variance_scale,
                                              paths=paths, seed=seed, chunk=number)
-        ties = np.random.default_rng([seed, number, 3]).random(len(chunk))
+        ties = tie_keys.random(len(chunk))
         for i in usable:
             entry = (float(scores[i]), float(ties[i]), done + i, chunk[i])
             key = tuple(chunk[i].tokens)

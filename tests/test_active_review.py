@@ -89,3 +89,17 @@ def test_tool_outputs_keep_small_scores():
     assert task["data"]["gpseq_score"] == pytest.approx(3.25e-9, rel=1e-5)
     assert task["predictions"][0]["score"] == pytest.approx(np.exp(-30.0), rel=1e-5)
     assert [r["value"]["score"] for r in task["predictions"][0]["result"]] == pytest.approx([3.5e-8, 0.75], rel=1e-5)
+
+
+def test_random_order_does_not_depend_on_the_chunk_size(saved):
+    """--chunk-size only bounds memory (its help says so), but the random strategy drew each chunk's
+    order from a stream seeded by the chunk's number: the same seed picked other sentences at
+    --chunk-size 7 than at the default. One stream over the pool now draws a key per sentence."""
+    from gpseq.tagger import Tagger
+
+    directory, pool = saved
+    tagger = Tagger.load(directory)
+    picks = {size: [p.index for p in tagger.select(pool, 20, "random", seed=5, chunk_size=size, tag=False)]
+             for size in (7, 64, 2048)}
+    assert len(set(picks[2048])) == 20
+    assert picks[7] == picks[64] == picks[2048]
