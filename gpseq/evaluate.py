@@ -99,22 +99,25 @@ class EvaluationReport:
             out[f"n_correct_chunks[{kind}]"] = score.n_correct
         return out
 
-    def reliability_diagram(self, path: str | os.PathLike, n_bins: int = 15) -> Path:
+    def reliability_diagram(self, path: str | os.PathLike, n_bins: int | None = None) -> Path:
         """`reliability_diagram` from the report's per-bin counts (no per-token arrays are kept).
 
         Bin b's n_b tokens are given its mean confidence and round(n_b · accuracy_b) of them are
-        marked correct: the same bins, bars, token counts and ECE as the per-token arrays give."""
+        marked correct: the same bins, bars, token counts and ECE as the per-token arrays give.
+        n_bins: default the report's own (another count re-bins the bins' mean confidences, so the
+        plot's ECE is no longer the report's)."""
         if not self.calibration:
             raise GpseqError("no calibration bins in the evaluation report: nothing to plot")
-        return reliability_diagram(*from_bins(self.calibration), path, n_bins=n_bins)
+        return reliability_diagram(*from_bins(self.calibration), path,
+                                   n_bins=self.n_bins if n_bins is None else n_bins)
 
-    def entity_reliability_diagram(self, path: str | os.PathLike, n_bins: int = 15) -> Path:
+    def entity_reliability_diagram(self, path: str | os.PathLike, n_bins: int | None = None) -> Path:
         """The reliability diagram of the predicted spans (correct = a gold span with the same type,
         start and end) from the report's per-bin counts, as `reliability_diagram`."""
         if not self.entity_calibration:
             raise GpseqError("no entity calibration in the evaluation report (no chunk labels or span probabilities)")
-        return reliability_diagram(*from_bins(self.entity_calibration), path, n_bins=n_bins, title="entities",
-                                   unit="spans")
+        return reliability_diagram(*from_bins(self.entity_calibration), path,
+                                   n_bins=self.n_bins if n_bins is None else n_bins, title="entities", unit="spans")
 
     def risk_coverage_plot(self, path: str | os.PathLike) -> Path:
         """Risk–coverage curves of tokens and (when measured) predicted spans, exact and product."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 spacy = pytest.importorskip("spacy")
@@ -124,3 +125,26 @@ def test_evaluate_refuses_bins_below_one_before_tagging(models, tmp_path):
     result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--bins", "0"])
     assert result.exit_code == 4, result.output
     assert result.output.strip().splitlines() == ["error: --bins must be >= 1; got 0"]
+
+
+def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
+    """A report made with n_bins=10 drew its diagram with 15 bins unless told again: the 10 bins'
+    mean confidences were re-binned, and the plot's ECE was not the report's. Hand-computed: two
+    tokens, p(returned) 0.48 (correct) and 0.52 (wrong), lie in 10-bin bins (0.4, 0.5] and (0.5, 0.6],
+    ECE = ½·|1 − 0.48| + ½·|0 − 0.52| = 0.52 (15 bins would merge them: ECE 0)."""
+    import gpseq.evaluate as evaluate_module
+    from gpseq.metrics import expected_calibration_error
+
+    probabilities = [np.array([[0.48, 0.52], [0.48, 0.52]])]
+    report = evaluate_module.evaluate([["A", "A"]], [["A", "B"]], labels=["A", "B"], probabilities=probabilities,
+                                      scheme=None, n_bins=10)
+    assert report.ece == pytest.approx(0.52, abs=1e-12)
+    seen = {}
+
+    def spy(confidence, correct, path, n_bins=15, **_):
+        seen["ece"] = expected_calibration_error(confidence, correct, n_bins)
+        return path
+
+    monkeypatch.setattr(evaluate_module, "reliability_diagram", spy)
+    report.reliability_diagram(tmp_path / "r.png")
+    assert seen["ece"] == pytest.approx(0.52, abs=1e-12)
