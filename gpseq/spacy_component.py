@@ -10,7 +10,8 @@ The factory is registered through the `spacy_factories` entry point, so `add_pip
 works without importing gpseq first. What the component writes depends on the model's labels
 (`task="auto"`):
 - chunk labels of the model's tag scheme (B-NP, I-PER, …) → `doc.spans[spans_key]` (with
-  `attrs["scores"]`), or `doc.ents` when the model's features are the `ner` preset;
+  `attrs["scores"]`), or `doc.ents` when the model's features are the `ner` preset (entities an
+  earlier component set, e.g. an `entity_ruler`, are kept; predicted ones overlapping them are dropped);
 - other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
   tag or a Penn Treebank tag (mapped by `gpseq.spacy_attributes.UPOS_FROM_PTB`).
 Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
@@ -261,7 +262,14 @@ class GpseqComponent:
                 doc.spans[self.spans_key] = found
                 doc.spans[self.spans_key].attrs["scores"] = scores
             elif self.task == "ents":
-                doc.ents = found
+                # Entities set by an earlier component (an entity_ruler) are kept and predictions that
+                # overlap one are dropped, as spaCy's own ner respects them.
+                taken = np.zeros(len(doc), dtype=bool)
+                for entity in doc.ents:
+                    taken[entity.start:entity.end] = True
+                kept = [k for k, span in enumerate(found) if not taken[span.start:span.end].any()]
+                found, scores = [found[k] for k in kept], [scores[k] for k in kept]
+                doc.ents = sorted([*doc.ents, *found], key=lambda span: span.start)
             for span, score in zip(found, scores):
                 span._.set(self.span_extension, score)
 

@@ -148,3 +148,25 @@ def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate_module, "reliability_diagram", spy)
     report.reliability_diagram(tmp_path / "r.png")
     assert seen["ece"] == pytest.approx(0.52, abs=1e-12)
+
+
+def test_ents_task_keeps_the_entities_of_an_earlier_entity_ruler(models):
+    """`task: ents` replaced doc.ents wholesale, deleting what an entity_ruler before it had set
+    (spaCy's own ner keeps them). Now the ruler's entities stay and the predicted chunks that do not
+    overlap them are added: those of the same pipeline's `spans` output, minus the overlapping ones."""
+    text = "The company said sales fell sharply in the third quarter ."
+    reference = _pipeline(models)(text)  # task spans: every predicted chunk
+    chunks = [(s.start, s.end, s.label_) for s in reference.spans["gpseq"]]
+    ruled = next(c for c in chunks if c[1] - c[0] >= 2)  # a multi-token chunk; the ruler claims its last token
+    nlp = _pipeline(models, task="ents", span_extension="review_ent_prob")
+    ruler = nlp.add_pipe("entity_ruler", before="chunker")
+    word = reference[ruled[1] - 1].text
+    ruler.add_patterns([{"label": "RULED", "pattern": word}])
+    doc = nlp(text)
+    got = [(e.start, e.end, e.label_) for e in doc.ents]
+    from_ruler = [(t.i, t.i + 1, "RULED") for t in doc if t.text == word]
+    taken = {i for start, end, _ in from_ruler for i in range(start, end)}
+    expected = sorted(from_ruler + [c for c in chunks if not taken & set(range(c[0], c[1]))])
+    assert got == expected
+    assert ruled not in got
+    assert all((e._.review_ent_prob is None) == (e.label_ == "RULED") for e in doc.ents)
