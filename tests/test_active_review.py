@@ -4,6 +4,7 @@ expectation (a dead weak reference, a memory bound, the documented fields)."""
 from __future__ import annotations
 
 import gc
+import json
 import weakref
 
 import numpy as np
@@ -103,3 +104,21 @@ def test_random_order_does_not_depend_on_the_chunk_size(saved):
              for size in (7, 64, 2048)}
     assert len(set(picks[2048])) == 20
     assert picks[7] == picks[64] == picks[2048]
+
+
+def test_label_studio_model_version_names_the_model_given_as_dot(saved, tmp_path, monkeypatch):
+    """model_version defaults to the model directory's name, but `gpseq select . pool` (run inside
+    the model directory) wrote "" (Path(".").name): every round's predictions under one blank version."""
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    directory, _ = saved
+    pool = tmp_path / "pool.conll"
+    pool.write_text("Shares NNS\nrose VBD\n. .\n", encoding="utf-8")
+    out = tmp_path / "tasks.json"
+    monkeypatch.chdir(directory)
+    result = CliRunner().invoke(app, ["select", ".", str(pool), "-n", "1", "--format", "labelstudio", "-o", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text(encoding="utf-8"))[0]["predictions"][0]["model_version"] == directory.name

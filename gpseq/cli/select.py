@@ -142,8 +142,10 @@ def select(
         else:
             target = stack.enter_context(output_file(output))
             stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
-        write_selection(stream, picked, format_, strategy, scheme, model_version=model_version or model_dir.name,
-                        from_name=from_name, to_name=to_name)
+        # resolved: `gpseq select . pool` names the directory, not "" (Path(".").name)
+        version = model_version or model_dir.resolve().name
+        write_selection(stream, picked, format_, strategy, scheme, model_version=version, from_name=from_name,
+                        to_name=to_name)
         stream.flush()
     if format_ == "conll":
         warn_token_column(picked, output)
