@@ -1,7 +1,11 @@
 """The spaCy component's extension attributes and the per-Doc store behind them:
 `Token._.<extension>` (a token's marginals as {label: p(y_t = label | X)}, read from
-`doc.user_data[("gpseq", extension)]` = {"labels": [V], "probs": [N_doc, V]}, NaN rows for
-untagged tokens) and `Span._.<span_extension>` (P(this exact span | X)).
+`doc.user_data[("gpseq", extension)]` = {"labels": [V], "probs": [N_doc, V], "starts": [N_doc],
+"ends": [N_doc]}, NaN rows for untagged tokens) and `Span._.<span_extension>` (P(this exact span | X)).
+
+Rows are found by the tokens' character offsets (`starts`, `ends`), not by `token.i` alone: a later
+component that retokenises the Doc (`merge_entities`, `merge_noun_chunks`) shifts the indices,
+and a token made by merging several has no distribution of its own (None).
 """
 
 from __future__ import annotations
@@ -19,8 +23,22 @@ _DATA_KEY = "gpseq"
 
 
 def store_probabilities(doc: Doc, extension: str, labels: Sequence[str], probs: np.ndarray) -> None:
-    """Keep a Doc's marginals `probs [N_doc, V]` over `labels [V]` for `Token._.<extension>`."""
-    doc.user_data[(_DATA_KEY, extension)] = {"labels": list(labels), "probs": probs}
+    """Keep a Doc's marginals `probs [N_doc, V]` over `labels [V]` for `Token._.<extension>`, with
+    the character offsets of its tokens."""
+    starts = np.fromiter((token.idx for token in doc), dtype=np.int64, count=len(doc))  # [N_doc]
+    ends = starts + np.fromiter((len(token) for token in doc), dtype=np.int64, count=len(doc))  # [N_doc]
+    doc.user_data[(_DATA_KEY, extension)] = {"labels": list(labels), "probs": probs, "starts": starts, "ends": ends}
+
+
+def _rows(data: dict, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """[N] row of `data["probs"]` of each token with character offsets `starts`, `ends` [N]; −1 for a
+    token that was not one token when the probabilities were stored (e.g. one merged since)."""
+    stored_starts, stored_ends = np.asarray(data["starts"]), np.asarray(data["ends"])
+    if len(stored_starts) == 0:
+        return np.full(len(starts), -1)
+    rows = np.minimum(np.searchsorted(stored_starts, starts), len(stored_starts) - 1)
+    found = (stored_starts[rows] == starts) & (stored_ends[rows] == ends)
+    return np.where(found, rows, -1)
 
 
 def token_distribution(token: Token, extension: str = "gpseq_probs") -> dict[str, float] | None:
@@ -28,16 +46,32 @@ def token_distribution(token: Token, extension: str = "gpseq_probs") -> dict[str
     data = token.doc.user_data.get((_DATA_KEY, extension))
     if data is None:
         return None
-    row = data["probs"][token.i]
-    if np.isnan(row[0]):
+    row = token.i  # Docs stored without offsets: rows are token indices
+    if "starts" in data:
+        row = _rows(data, np.array([token.idx]), np.array([token.idx + len(token)]))[0]
+    if row < 0:
         return None
-    return {label: float(p) for label, p in zip(data["labels"], row)}
+    distribution = data["probs"][row]
+    if np.isnan(distribution[0]):
+        return None
+    return {label: float(p) for label, p in zip(data["labels"], distribution)}
 
 
 def token_probabilities(doc: Doc, extension: str = "gpseq_probs") -> tuple[list[str], np.ndarray] | None:
-    """(labels [V], probabilities [N_doc, V]) written by that component; NaN rows for untagged tokens."""
+    """(labels [V], probabilities [N_doc, V]) written by that component, one row per token of the Doc
+    as it is now; NaN rows for untagged tokens (and tokens merged since)."""
     data = doc.user_data.get((_DATA_KEY, extension))
-    return None if data is None else (list(data["labels"]), np.asarray(data["probs"]))
+    if data is None:
+        return None
+    probs = np.asarray(data["probs"])
+    if "starts" not in data:  # stored without offsets: rows are token indices
+        return list(data["labels"]), probs
+    starts = np.fromiter((token.idx for token in doc), dtype=np.int64, count=len(doc))
+    ends = starts + np.fromiter((len(token) for token in doc), dtype=np.int64, count=len(doc))
+    rows = _rows(data, starts, ends)
+    out = np.full((len(doc), probs.shape[1]), np.nan)
+    out[rows >= 0] = probs[rows[rows >= 0]]
+    return list(data["labels"]), out
 
 
 def register_extensions(extension: str, span_extension: str) -> None:

@@ -170,3 +170,28 @@ def test_ents_task_keeps_the_entities_of_an_earlier_entity_ruler(models):
     assert got == expected
     assert ruled not in got
     assert all((e._.review_ent_prob is None) == (e.label_ == "RULED") for e in doc.ents)
+
+
+def test_token_probabilities_follow_the_tokens_when_a_later_component_merges_some(models):
+    """`merge_entities` after the component shifted token indices, and `token._.<extension>` read the
+    row of whatever token used to have that index: 'said' got the distribution of 'company'. Each
+    unmerged token must keep the distribution of the token with the same characters in the Doc before
+    merging; a merged token has none."""
+    from gpseq.spacy_extensions import token_probabilities
+
+    text = "The company said sales fell sharply in the third quarter .  Profits rose ."
+    plain = _pipeline(models, task="ents")
+    reference = {(t.idx, len(t)): t._.pos_probs for t in plain(text)}
+    merging = _pipeline(models, task="ents")
+    merging.add_pipe("merge_entities")
+    doc = merging(text)
+    assert any(len(t) > len(t.text.split()[0]) for t in doc)  # something was merged
+    labels, rows = token_probabilities(doc, "pos_probs")
+    assert rows.shape == (len(doc), len(labels))
+    for token in doc:
+        expected = reference.get((token.idx, len(token)))
+        assert token._.pos_probs == expected, token.text
+        if expected is None:
+            assert np.isnan(rows[token.i]).all()
+        else:
+            np.testing.assert_array_equal(rows[token.i], list(expected.values()))
