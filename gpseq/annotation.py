@@ -27,6 +27,7 @@ import json
 import math
 import re
 
+from gpseq.corpora.conll import DOCSTART
 from gpseq.errors import InputFormatError
 from gpseq.writers import sentence_record
 
@@ -103,6 +104,11 @@ def conll_block(item, rank: int, strategy: str) -> str:
     if _source(item.sentence):
         header += f" source={_source(item.sentence)}"
     for position, columns in enumerate(item.sentence.columns, start=1):
+        if columns and columns[0] == DOCSTART:  # the row would read back as a document separator
+            raise InputFormatError(item.sentence.source or "<pool>", item.sentence.line,
+                                   f"token {position}: a row starting with {DOCSTART} reads back as a document "
+                                   "separator, not a token (the file would not read back as these tokens); "
+                                   "use --format jsonl")
         for field in columns:
             if not field or _NOT_IN_FIELD.search(field):
                 raise InputFormatError(item.sentence.source or "<pool>", item.sentence.line,

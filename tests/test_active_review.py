@@ -13,14 +13,15 @@ import pytest
 
 @pytest.fixture(scope="module")
 def saved(sample_dir, tmp_path_factory):
-    """A small chunking tagger saved to disk (each test loads its own copy), with the pool."""
+    """A small tagger of token-only features (raw text and JSON Lines pools feed it) saved to disk
+    (each test loads its own copy), with a pool."""
     from gpseq.corpora import read_conll
     from gpseq.features import get_preset
     from gpseq.tagger import Tagger, TaggerConfig
 
     train = read_conll(sample_dir / "train.conll")
     directory = tmp_path_factory.mktemp("review") / "model"
-    Tagger.train(train[:120], TaggerConfig(features=get_preset("chunking"))).save(directory)
+    Tagger.train(train[:120], TaggerConfig(features=get_preset("ner"))).save(directory)
     return directory, train[120:220]
 
 
@@ -122,3 +123,31 @@ def test_label_studio_model_version_names_the_model_given_as_dot(saved, tmp_path
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text(encoding="utf-8"))[0]["predictions"][0]["model_version"] == directory.name
+
+
+def test_select_conll_output_refuses_a_docstart_token(saved, tmp_path):
+    """A pool token spelled -DOCSTART- (raw text or a JSON Lines pool may hold one) was written as a
+    row starting with it, which the CoNLL reader takes as a document separator: the picked file read
+    back without that token, and trained so. Now exit 2 naming the pool line, nothing written (as
+    gpseq's own CoNLL writer refuses it); --format jsonl carries it."""
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    directory, _ = saved
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"tokens": ["Shares", "rose", "."]}\n{"tokens": ["-DOCSTART-", "is", "a", "token", "."]}\n',
+                    encoding="utf-8")
+    out = tmp_path / "picked.conll"
+
+    def run(*args):
+        return CliRunner().invoke(app, ["select", str(directory), str(pool), "-n", "2", "--strategy", "random", *args],
+                                  catch_exceptions=False)
+
+    result = run("-o", str(out))
+    assert result.exit_code == 2, result.output
+    assert f"{pool}:2: token 1: a row starting with -DOCSTART-" in result.output
+    assert not out.exists()
+    result = run("--format", "jsonl")
+    assert result.exit_code == 0
+    assert sorted(json.loads(line)["tokens"][0] for line in result.stdout.splitlines()) == ["-DOCSTART-", "Shares"]
