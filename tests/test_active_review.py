@@ -151,3 +151,30 @@ def test_select_conll_output_refuses_a_docstart_token(saved, tmp_path):
     result = run("--format", "jsonl")
     assert result.exit_code == 0
     assert sorted(json.loads(line)["tokens"][0] for line in result.stdout.splitlines()) == ["-DOCSTART-", "Shares"]
+
+
+def test_select_command_takes_candidates(saved, tmp_path):
+    """When the best N x candidates sentences are near-duplicates of each other, fewer than N are
+    picked and the warning says to raise candidates, which the command had no option for."""
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    directory, _ = saved
+    long = ("The committee of the city council approved the new budget for the schools and the roads on "
+            "Tuesday after a long debate about {}")
+    short = ["Acme rose .", "Mills fell .", "Prices held .", "Harlow sold .", "Essex grew .", "Bonds slid .",
+             "Oil jumped .", "Gold eased ."]
+    pool = tmp_path / "pool.txt"
+    pool.write_text("\n\n".join([long.format(word) for word in "taxes parks fees rates art jobs ports buses".split()]
+                                + short) + "\n", encoding="utf-8")
+
+    def picked(*args):
+        result = CliRunner().invoke(app, ["select", str(directory), str(pool), "-n", "2", "--strategy", "entropy",
+                                          "--format", "jsonl", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return [json.loads(line)["tokens"] for line in result.stdout.splitlines()]
+
+    assert len(picked()) == 1  # the 8 best (2 x 4) are the near-duplicate long sentences
+    more = picked("--candidates", "8")
+    assert len(more) == 2 and len(more[0]) > 20 and len(more[1]) == 3

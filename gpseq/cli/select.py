@@ -93,6 +93,7 @@ def select(
     normalise: Annotated[bool, typer.Option("--normalise", help="Divide scores by the sentence length (per-token geometric mean for path probabilities).")] = False,
     samples: Annotated[Optional[int], typer.Option(help="Posterior draws (bald: default 16; others: Monte Carlo predictive instead of the deterministic one).")] = None,
     max_similarity: Annotated[float, typer.Option(help="Skip a sentence whose token types overlap a picked one by more than this (Jaccard); 1 keeps near-duplicates (exact duplicates never).")] = 0.8,
+    candidates: Annotated[int, typer.Option(help="Keep the N x this best-scored sentences to pick from, skipping near-duplicates (raise it when fewer than N are picked).")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the draws, the random strategy and ties.")] = 0,
     input_format: Annotated[str, typer.Option(help="text, conll, crfpp, conllu or auto (as gpseq tag).")] = "auto",
     token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
@@ -121,8 +122,8 @@ def select(
         raise ConfigError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}; got {input_format!r}")
     if not 0.0 < max_similarity <= 1.0:
         raise ConfigError(f"--max-similarity must be in (0, 1]; got {max_similarity}")
-    if chunk_size < 1 or text_max_tokens < 1:
-        raise ConfigError("--chunk-size and --text-max-tokens must be >= 1")
+    if chunk_size < 1 or text_max_tokens < 1 or candidates < 1:
+        raise ConfigError("--chunk-size, --text-max-tokens and --candidates must be >= 1")
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)
@@ -134,7 +135,8 @@ def select(
     err = stderr()
     with SelectProgress(err) as bar:
         picked = tagger.select(pool, n, strategy, level=level, normalise=normalise, samples=samples,
-                               max_similarity=max_similarity, seed=seed, chunk_size=chunk_size, progress=bar)
+                               max_similarity=max_similarity, candidates=candidates, seed=seed, chunk_size=chunk_size,
+                               progress=bar)
     scanned = bar.bar.tasks[0].completed if bar.bar.tasks else 0
     with contextlib.ExitStack() as stack:
         if output is None:
