@@ -124,7 +124,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
                     paths: int = 8, seed: int = 0, chunk: int = 0) -> np.ndarray:
     """The strategy's score `[N]` of each sentence (higher = more worth annotating); see the module
     docstring. `chunk` numbers the call for the random streams (`select` passes its chunk number)."""
-    _check(strategy, level, samples, variance_scale, paths)
+    _check(strategy, level, samples, variance_scale, paths, seed)
     lengths = np.array([len(s.tokens) for s in sentences], dtype=np.int64)
     if strategy == "random":
         return np.random.default_rng([seed, chunk, 1]).random(len(sentences))
@@ -167,7 +167,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
     return combine(parts, owners, lengths, strategy, normalise)
 
 
-def _check(strategy, level, samples, variance_scale, paths) -> None:
+def _check(strategy, level, samples, variance_scale, paths, seed) -> None:
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if level not in LEVELS:
@@ -181,6 +181,9 @@ def _check(strategy, level, samples, variance_scale, paths) -> None:
         raise ConfigError(f"variance_scale must be 'calibrated' or a positive number, got {variance_scale!r}")
     if paths < 1:
         raise ConfigError(f"paths must be >= 1, got {paths}")
+    # the draws' seed is an int32 (2**32 would alias 0) and NumPy's seeds are non-negative
+    if not 0 <= seed < 2**31:
+        raise ConfigError(f"seed must be in [0, 2**31), got {seed}")
 
 
 # ---- picking a batch ------------------------------------------------------------------------------
@@ -234,7 +237,7 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
         raise ConfigError(f"max_similarity must be in (0, 1], got {max_similarity}")
     if candidates < 1 or chunk_size < 1:
         raise ConfigError("candidates and chunk_size must be >= 1")
-    _check(strategy, level, samples, variance_scale, paths)
+    _check(strategy, level, samples, variance_scale, paths, seed)
     from gpseq.tagger import _as_sentences
 
     keep = n * candidates

@@ -178,3 +178,20 @@ def test_select_command_takes_candidates(saved, tmp_path):
     assert len(picked()) == 1  # the 8 best (2 x 4) are the near-duplicate long sentences
     more = picked("--candidates", "8")
     assert len(more) == 2 and len(more[0]) > 20 and len(more[1]) == 3
+
+
+def test_select_refuses_a_seed_it_cannot_use(saved, tmp_path):
+    """--seed -1 ended in a NumPy traceback (exit 1, "expected non-negative integer") after the model
+    was loaded; --seed 4294967296 silently drew the same posterior samples as --seed 0 (the draws'
+    seed is an int32). Both are now a one-line configuration error (exit 4)."""
+    from typer.testing import CliRunner
+
+    from gpseq.cli import app
+
+    directory, _ = saved
+    pool = tmp_path / "pool.txt"
+    pool.write_text("Shares of Acme rose sharply.\n", encoding="utf-8")
+    for seed in ("-1", str(2**32)):
+        result = CliRunner().invoke(app, ["select", str(directory), str(pool), "-n", "1", "--seed", seed])
+        assert result.exit_code == 4, (seed, result.output)
+        assert f"error: seed must be in [0, 2**31), got {seed}" in result.output
