@@ -195,3 +195,37 @@ def test_token_probabilities_follow_the_tokens_when_a_later_component_merges_som
             assert np.isnan(rows[token.i]).all()
         else:
             np.testing.assert_array_equal(rows[token.i], list(expected.values()))
+
+
+def test_evaluate_plot_never_replaces_a_pipe_and_writes_through_a_symlink(models, tmp_path):
+    """`--plot` wrote by renaming a temporary file onto the path: a FIFO (or a device such as
+    /dev/null) given there was replaced by a regular file, and a symlink by a file while its target
+    kept the old image. Now a pipe or device is refused in one line before any work, and a symlink
+    is written through (the link kept), as `-o` does."""
+    import os
+    import stat
+
+    from typer.testing import CliRunner
+
+    from gpseq import cli
+    from gpseq.cli.outputs import PNG_SIGNATURE
+
+    corpus = tmp_path / "test.conll"
+    corpus.write_text("The DT B-NP\ncat NN I-NP\nsat VBD B-VP\n\n", encoding="utf-8")
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--plot", str(fifo)])
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {fifo}: is not a regular file (a device or a pipe); --plot writes a PNG file there"]
+
+    real = tmp_path / "images" / "real.png"
+    real.parent.mkdir()
+    real.write_bytes(PNG_SIGNATURE)  # an earlier (stub) image
+    link = tmp_path / "link.png"
+    link.symlink_to(real)
+    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--plot", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_bytes().startswith(PNG_SIGNATURE) and real.stat().st_size > 1000
