@@ -14,8 +14,8 @@ works without importing gpseq first. What the component writes depends on the mo
   earlier component set, e.g. an `entity_ruler`, are kept; predicted ones overlapping them are dropped);
 - other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
   tag or a Penn Treebank tag (mapped by `gpseq.spacy_attributes.UPOS_FROM_PTB`).
-Every tagged token gets `token._.<extension>`: {label: p(y_t = label | X)}, the model's
-calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
+Every tagged token gets `token._.<extension>` (each gpseq component of a pipeline its own name):
+{label: p(y_t = label | X)}, the model's calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
 predicted span gets `span._.<span_extension>` = P(this exact span | X), the probability that the
 label path has exactly this chunk (constrained forward–backward, as `gpseq tag`'s spans; also in
 `doc.spans[spans_key].attrs["scores"]`). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
@@ -117,6 +117,11 @@ class GpseqComponent:
                               f"got {max_tokens!r}")
         if not extension or not span_extension:
             raise ConfigError(f"gpseq component {name!r}: extension names must not be empty")
+        for other_name, other in getattr(nlp, "components", ()):
+            # both would store their marginals under one key: the later would silently replace the earlier's
+            if isinstance(other, GpseqComponent) and other_name != name and other.extension == extension:
+                raise ConfigError(f"gpseq component {name!r}: extension {extension!r} is already the one of "
+                                  f"gpseq component {other_name!r}; give each its own 'extension'")
         self.nlp, self.name = nlp, name
         self.model_path = None if model is None else str(model)
         self.task_setting = task

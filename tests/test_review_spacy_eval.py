@@ -3,6 +3,7 @@ pipeline, span extensions already registered by someone else, option errors of t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,8 @@ def test_a_span_extension_someone_else_set_is_refused(models, how):
     # Ours, registered once, is shared by a second component with the same setting.
     nlp = _pipeline(models, span_extension="review_span_prob")
     nlp.add_pipe("gpseq", name="chunker2", config={"model": str(models["chunk"]), "mean": True,
-                                                    "spans_key": "other", "span_extension": "review_span_prob"})
+                                                    "spans_key": "other", "span_extension": "review_span_prob",
+                                                    "extension": "chunk2_probs"})
     doc = nlp("The company said sales fell sharply .")
     assert len(doc.spans["gpseq"]) > 0
     assert all(0.0 < span._.review_span_prob <= 1.0 for span in doc.spans["other"])
@@ -229,3 +231,20 @@ def test_evaluate_plot_never_replaces_a_pipe_and_writes_through_a_symlink(models
     assert result.exit_code == 0, result.output
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert real.read_bytes().startswith(PNG_SIGNATURE) and real.stat().st_size > 1000
+
+
+def test_two_components_with_the_same_token_extension_are_refused(models):
+    """A POS tagger and a chunker both left at the default `extension` wrote their marginals under one
+    key: the chunker's replaced the POS tagger's, and `token._.gpseq_probs` silently held chunk labels
+    only. Now the second component is a ConfigError naming the first."""
+    from gpseq.errors import ConfigError
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("gpseq", name="pos", config={"model": str(models["pos"])})
+    with pytest.raises(ConfigError, match="'pos'"):
+        nlp.add_pipe("gpseq", name="chunker", config={"model": str(models["chunk"])})
+    nlp.add_pipe("gpseq", name="chunker", config={"model": str(models["chunk"]), "extension": "chunk_probs"})
+    doc = nlp("The company said sales fell .")
+    assert list(doc[0]._.gpseq_probs) == json.loads((models["pos"] / "tagger.json").read_text())["labels"]
+    assert list(doc[0]._.chunk_probs) == json.loads((models["chunk"] / "tagger.json").read_text())["labels"]
