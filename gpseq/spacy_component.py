@@ -107,8 +107,11 @@ class GpseqComponent:
         if decode not in (None, "viterbi", "max-marginal", "span-f1"):
             raise ConfigError(f"gpseq component {name!r}: decode must be viterbi, max-marginal or span-f1, "
                               f"got {decode!r}")
-        if samples is not None and samples < 1:
-            raise ConfigError(f"gpseq component {name!r}: samples must be >= 1, got {samples}")
+        if samples is not None and (not isinstance(samples, int) or isinstance(samples, bool) or samples < 1):
+            raise ConfigError(f"gpseq component {name!r}: samples must be an integer >= 1 or null, got {samples!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -2**31 <= seed < 2**31:
+            # the draws' seed is an int32: a larger one would wrap onto another (2**32 draws as 0 does)
+            raise ConfigError(f"gpseq component {name!r}: seed must be an integer in [-2**31, 2**31), got {seed!r}")
         if batch_size < 1:
             raise ConfigError(f"gpseq component {name!r}: batch_size must be >= 1, got {batch_size}")
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)

@@ -248,3 +248,16 @@ def test_two_components_with_the_same_token_extension_are_refused(models):
     doc = nlp("The company said sales fell .")
     assert list(doc[0]._.gpseq_probs) == json.loads((models["pos"] / "tagger.json").read_text())["labels"]
     assert list(doc[0]._.chunk_probs) == json.loads((models["chunk"] / "tagger.json").read_text())["labels"]
+
+
+@pytest.mark.parametrize("setting, value", [("seed", 2**32), ("seed", -2**31 - 1), ("samples", "4")])
+def test_component_refuses_a_seed_outside_int32_and_a_non_integer_samples(models, setting, value):
+    """`seed: 4294967296` drew the same Monte Carlo samples as `seed: 0` (the draws' seed is an int32,
+    and wraps), with no error; `samples: "4"` ended in a TypeError from a comparison. Both are now a
+    ConfigError naming the setting, as `gpseq select --seed` is."""
+    from gpseq.errors import ConfigError
+
+    nlp = spacy.blank("en")
+    config = {"model": str(models["pos"]), "samples": 3, setting: value}
+    with pytest.raises(ConfigError, match=setting):
+        nlp.add_pipe("gpseq", name=f"review_{setting}", config={**config, "extension": f"review_{setting}_probs"})
