@@ -469,8 +469,9 @@ def test_read_corpus_formats_agree_with_their_readers(tmp_path):
     assert [(s.tokens, s.labels, s.line) for s in sentences] == [
         (["The", "cat", "sat", "."], None, 1), (["It", "slept"], None, 1), (["A", "second", "block", "."], None, 3)]
     assert sentences[0].spaces == [True, True, False, False]
-    with pytest.raises(InputFormatError, match="raw text has no labels"):
+    with pytest.raises(InputFormatError, match="raw text has no labels") as raised:
         read_corpus(text, "text")
+    assert str(raised.value).startswith(f"{text}: ")  # the file named, not None
     with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, jsonl, text"):
         read_corpus(columns, "xml")
     with pytest.raises(InputFormatError, match="no sentences"):

@@ -97,8 +97,9 @@ def _read_jsonl(source: Source, name: str, options: ReadOptions) -> Iterator[Sen
 def _read_text(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
     """Raw text, tokenised and split into sentences by spaCy (unlabelled)."""
     if options.labelled:
-        raise InputFormatError(name, None, "raw text has no labels; a labelled corpus is needed "
-                                           "(--format conll, crfpp or conllu)")
+        where = name if name is not None else (source if isinstance(source, (str, Path)) else "<stream>")
+        raise InputFormatError(where, None, "raw text has no labels; a labelled corpus is needed "
+                                            "(--format conll, crfpp or conllu)")
     if options.nlp is None:
         options.nlp = blank_nlp(options.lang)
     return iter_text(source, options.nlp, encoding=options.encoding, name=name, max_tokens=options.text_max_tokens)
