@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import train_sample_pos_and_chunker
 
 spacy = pytest.importorskip("spacy")
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "corpora" / "sample"
 PIPELINE_CFG = ROOT / "pipelines" / "en_chunker.cfg"
 PRETRAINED_POS = ROOT / "models" / "en_pos_conll2000"
 PRETRAINED_CHUNK = ROOT / "models" / "en_chunk_conll2000"
@@ -39,25 +39,9 @@ def _env() -> dict:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict:
     """Tiny models trained on the bundled sample: a POS tagger (column 1) and a chunker (POS features)."""
-    from gpseq.corpora import Sentence, read_conll
-    from gpseq.features import get_preset
     from gpseq.structured.model import ModelConfig
-    from gpseq.tagger import Tagger, TaggerConfig
-    from gpseq.training.trainer import TrainingConfig
 
-    if not (SAMPLE / "train.conll").is_file():
-        pytest.skip("the bundled sample corpus is absent")
-    train = read_conll(SAMPLE / "train.conll")
-    pos_train = [Sentence(s.tokens, [row[1] for row in s.columns], s.columns) for s in train]
-    training = TrainingConfig(max_steps=15, early_stopping="none", dev_fraction=0.0, batch_size=32, seed=1)
-    base = tmp_path_factory.mktemp("spacy_models")
-    pos = Tagger.train(pos_train, TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear"),
-                                               training=training, predict_samples=4))
-    chunk = Tagger.train(train, TaggerConfig(features=get_preset("chunking"),
-                                             model=ModelConfig(kernel="linear+rbf", num_inducing=8),
-                                             training=training, predict_samples=4))
-    return {"pos": pos.save(base / "pos"), "chunk": chunk.save(base / "chunk"), "pos_tagger": pos,
-            "chunk_tagger": chunk}
+    return train_sample_pos_and_chunker(tmp_path_factory.mktemp("spacy_models"), ModelConfig(kernel="linear+rbf", num_inducing=8))
 
 
 def _pipeline(models, *, mean=False, chunker=True, **chunk_config):
