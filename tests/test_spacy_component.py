@@ -309,3 +309,19 @@ def _sentences(docs):
         for sent in doc.sents:
             tokens = [t for t in sent if not t.is_space]
             yield Sentence([t.text for t in tokens], columns=[[t.text, t.tag_] for t in tokens])
+
+
+def test_a_pipe_forked_after_tensorflow_started_reports_why_instead_of_hanging():
+    """`nlp.pipe(n_process=2)` after the pipeline ran its Monte Carlo predictive (TensorFlow) in the
+    parent: TensorFlow does not survive the fork and the workers hung at their first batch. A worker
+    now raises the reason at once, and spaCy re-raises it in the parent."""
+    code = (
+        "import spacy\n"
+        f"nlp = spacy.blank('en'); nlp.add_pipe('gpseq', config={{'model': {str(PRETRAINED_POS)!r}, 'samples': 2}})\n"
+        "nlp('The cat sat .')\n"
+        "list(nlp.pipe(['The cat sat .', 'Dogs bark .'] * 4, n_process=2, batch_size=2))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                            timeout=180)
+    assert result.returncode != 0
+    assert "TensorFlow cannot run after a fork" in result.stderr
