@@ -240,6 +240,9 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
     _check(strategy, level, samples, variance_scale, paths, seed)
     from gpseq.tagger import _as_sentences
 
+    if isinstance(pool, str):  # not its characters, one chunk at a time
+        _as_sentences(pool)
+
     keep = n * candidates
     best: list[tuple] = []  # min-heap of (score, tie key, index, sentence): the `keep` best so far
     kept: set[tuple] = set()  # their token sequences

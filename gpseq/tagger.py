@@ -37,12 +37,19 @@ __all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives i
 
 
 def _as_sentences(sentences: Iterable) -> list[Sentence]:
+    """Sentences given as `Sentence`s or token lists, as `Sentence`s; strings are refused (a string
+    would be read as its characters)."""
+    if isinstance(sentences, str):
+        raise GpseqError(f"expected a list of tokenised sentences, got one string ({sentences[:40]!r}): give "
+                         "each sentence as a list of tokens (raw text: gpseq.corpora.read_corpus(path, "
+                         "labelled=False) tokenises a file)")
     out = []
     for sentence in sentences:
         if isinstance(sentence, Sentence):
             out.append(sentence)
         elif isinstance(sentence, str):
-            raise GpseqError("tag() takes tokenised sentences (lists of tokens), not strings")
+            raise GpseqError(f"expected tokenised sentences (each a list of tokens or a Sentence), got a string "
+                             f"({sentence[:40]!r})")
         else:
             out.append(Sentence(tokens=list(sentence)))
     return out

@@ -426,3 +426,21 @@ def test_array_names_are_those_of_models_saved_before_the_model_was_composed_of_
         reloaded.set_state(model.get_state())
         for a, b in zip(model.trainable_variables, reloaded.trainable_variables):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_strings_instead_of_tokenised_sentences_are_refused_by_name():
+    """One string for the whole input (tag, select) is refused as such, not read as its characters;
+    a string among the sentences is named. Neither message names another function (select's used
+    to say "tag() takes ...")."""
+    from gpseq.active import select
+    from gpseq.errors import GpseqError
+    from gpseq.tagger import _as_sentences
+
+    with pytest.raises(GpseqError, match=r"got one string \('The cat sat \.'\)") as raised:
+        _as_sentences("The cat sat .")
+    assert "tag()" not in str(raised.value)
+    with pytest.raises(GpseqError, match=r"got a string \('Dogs bark'\)"):
+        _as_sentences([["The", "cat"], "Dogs bark"])
+    with pytest.raises(GpseqError, match="one string"):
+        select(None, "The cat sat on the mat .", 2, "random")
+    assert [s.tokens for s in _as_sentences([["The", "cat"], ("Dogs", "bark")])] == [["The", "cat"], ["Dogs", "bark"]]
