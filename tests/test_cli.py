@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -390,6 +390,15 @@ def test_evaluate_target_error_and_entity_plots(trained, sample, tmp_path):
         assert metrics["abstain_error"] <= 0.01
     for path in (png, tmp_path / "reliability-entities.png", tmp_path / "reliability-risk-coverage.png"):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the text report's threshold is the measured one to the last bit: passed to --abstain-below it
+    # keeps exactly the tokens that were measured (a rounded one can keep others)
+    text = invoke("evaluate", model_dir, sample / "test.conll", "--target-error", "0.05")
+    assert text.exit_code == 0, text.stderr
+    as_json = json.loads(invoke("evaluate", model_dir, sample / "test.conll", "--json", "--target-error", "0.05").stdout)
+    printed = re.findall(r"--abstain-below (\S+) keeps", " ".join(text.stdout.split()))
+    expected = [as_json[key] for key in ("abstain_threshold", "entity_abstain_threshold")
+                if as_json.get(key) is not None]
+    assert expected and [float(p) for p in printed] == expected
 
 
 def test_tag_spacy_needs_output(trained, text_file):

@@ -151,6 +151,7 @@ def evaluate(
             if threshold is None:
                 console.print(f"target error {target_error}: no threshold reaches it for {unit}")
             else:
-                console.print(f"target error {target_error}: --abstain-below {threshold:.6g} keeps "
+                # the threshold to the last bit (repr): passed back, it keeps exactly the tokens measured
+                console.print(f"target error {target_error}: --abstain-below {float(threshold)!r} keeps "
                               f"{100 * metrics[f'{prefix}coverage']:.1f} % of the {unit} at error "
                               f"{metrics[f'{prefix}error']:.4f} on this corpus")
