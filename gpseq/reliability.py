@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpseq.corpora._atomic import atomic_target
+from gpseq.corpora._atomic import replacing
 from gpseq.metrics import calibration_bins, expected_calibration_error
 
 __all__ = ["reliability_diagram", "from_bins"]
@@ -61,7 +61,7 @@ def reliability_diagram(
     bottom.set_xlabel("confidence")
     bottom.set_ylabel(unit)
     path = Path(path)
-    with atomic_target(path) as temp:
+    with replacing(path) as temp:  # through a symlink to its target; a device written directly
         figure.savefig(temp, format="png", dpi=100)
     return path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpseq.corpora._atomic import atomic_target
+from gpseq.corpora._atomic import replacing
 from gpseq.errors import ConfigError
 from gpseq.metrics import aurc, calibration_bins, expected_calibration_error, risk_coverage, selective_error
 
@@ -202,7 +202,7 @@ def risk_coverage_plot(curves: dict[str, dict], path: str | os.PathLike, title: 
     axes.legend(loc="upper left")
     axes.set_title(title or "risk–coverage")
     path = Path(path)
-    with atomic_target(path) as temp:
+    with replacing(path) as temp:  # through a symlink to its target; a device written directly
         figure.savefig(temp, format="png", dpi=100)
     return path
 

@@ -248,6 +248,31 @@ def test_reliability_diagram_png(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["reliability.png"]
 
 
+def test_plots_write_through_a_symlink_and_keep_an_existing_files_mode(tmp_path):
+    """The library's plot functions (reliability diagram, risk–coverage) replace the file a path
+    names: through a symlink its target (the link stays a link), an existing file's permissions
+    kept — as `gpseq tag -o` writes. Before, the PNG was renamed onto the path itself: the link
+    became a regular file and its target kept the old contents."""
+    import os
+
+    from gpseq.trust import risk_coverage_plot, selective_curves
+
+    rng = np.random.default_rng(1)
+    confidence = rng.uniform(size=200)
+    correct = rng.uniform(size=200) < confidence
+    plots = {"reliability": lambda path: reliability_diagram(confidence, correct, path, n_bins=10),
+             "risk": lambda path: risk_coverage_plot({"gpseq": selective_curves(confidence, correct)}, path)}
+    for name, draw in plots.items():
+        target, link = tmp_path / f"{name}-target.png", tmp_path / f"{name}.png"
+        target.write_bytes(b"old")
+        target.chmod(0o640)
+        link.symlink_to(target)
+        draw(link)
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert target.stat().st_mode & 0o777 == 0o640
+
+
 # ---- confidence of the returned labels; selective prediction (risk–coverage) -----------------
 def _aurc_by_definition(confidence, correct):
     """(AURC, [N] risk) for one ranking: tokens sorted by confidence descending, ties broken by

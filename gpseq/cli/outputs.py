@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from pathlib import Path
 from typing import Optional
 
-from gpseq.corpora._atomic import atomic_target, writable_dir
+from gpseq.corpora._atomic import replacing, writable_dir
 from gpseq.errors import OutputError
 from gpseq.model_dir import check_checkpoint_target, check_save_target
 
@@ -150,16 +149,8 @@ def train_lock(output: Path):
         os.close(fd)
 
 
-@contextlib.contextmanager
 def output_file(output: Path):
-    """The path to write `output` through: a temporary sibling renamed onto `output` at the end
-    (an existing file keeps its permissions; a failure leaves it untouched). A device or FIFO
-    (e.g. /dev/null) is written directly."""
-    target = Path(os.path.realpath(output)) if output.is_symlink() else output
-    if os.path.exists(target) and not os.path.isfile(target):
-        yield target
-        return
-    with atomic_target(target) as temp:
-        if os.path.exists(target):
-            shutil.copymode(target, temp)
-        yield temp
+    """The path to write `output` through (`gpseq.corpora._atomic.replacing`): a temporary sibling
+    renamed onto `output` (through a symlink, its target) at the end; a device or FIFO (e.g.
+    /dev/null) is written directly."""
+    return replacing(output)

@@ -41,6 +41,23 @@ def atomic_target(path: str | os.PathLike):
         temp.unlink(missing_ok=True)
 
 
+@contextmanager
+def replacing(path: str | os.PathLike):
+    """The path to write the file `path` through: a temporary sibling of the file it names (through a
+    symlink, its target: the link is kept) renamed onto it at the end (`atomic_target`; an existing
+    file keeps its permissions, a failure leaves it untouched). A device or a FIFO (e.g. /dev/null)
+    is written directly: a rename would replace it with a regular file."""
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if os.path.exists(target) and not os.path.isfile(target):
+        yield target
+        return
+    with atomic_target(target) as temp:
+        if os.path.exists(target):
+            shutil.copymode(target, temp)
+        yield temp
+
+
 def temp_dir_beside(target: str | os.PathLike) -> Path:
     """A new empty directory `.NAME.tmp-PID-RANDOM` beside the directory `target` (mode 0o777 &
     ~umask), to be renamed onto it by `swap_dir`; temporaries of `target` left by dead processes
