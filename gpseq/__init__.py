@@ -2,6 +2,11 @@
 
 __version__ = "0.1.0"
 
+import importlib
+
+# registers the check for processes forked after TensorFlow started, before any fork (no TensorFlow import)
+importlib.import_module("gpseq._tensorflow")
+
 __all__ = ["__version__", "Tagger"]
 
 

@@ -13,6 +13,33 @@ import os
 import sys
 
 QUIET = False  # the CLI sets it unless --verbose
+# whether this process was forked from one that had TensorFlow loaded: TensorFlow does not survive a
+# fork, and its first operation in the child hangs (e.g. `nlp.pipe(n_process=2)` after the pipeline
+# predicted in the parent, or a fork-started multiprocessing pool)
+_FORKED_AFTER_TENSORFLOW = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_TENSORFLOW
+    _FORKED_AFTER_TENSORFLOW = "tensorflow" in sys.modules
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def check_not_forked() -> None:
+    """GpseqError, before any TensorFlow operation, in a process forked after TensorFlow started in
+    its parent (where the operation would hang forever)."""
+    if _FORKED_AFTER_TENSORFLOW:
+        from gpseq.errors import GpseqError
+
+        raise GpseqError(
+            "this process was forked from one where TensorFlow had already started, and TensorFlow cannot "
+            "run after a fork (it would hang): start the worker processes before the model first predicts "
+            "(nlp.pipe with n_process before the pipeline runs in this process), use the 'spawn' start "
+            "method or a single process, or predict with a linear model's deterministic predictive, which "
+            "needs no TensorFlow")
 
 
 def load():

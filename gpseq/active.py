@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpseq._tensorflow import check_not_forked
 from gpseq.acquisition import (LEVELS, STRATEGIES, chain_entropies, chain_scores, chain_token_marginals, combine,
                                mixture_path_log_probs, sample_paths)
 from gpseq.corpora.types import Sentence
@@ -147,6 +148,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
     starts = data.offsets[owners] + first * max_tokens
     stops = np.minimum(starts + max_tokens, data.offsets[owners + 1])
     pieces = data.slices(starts, stops)
+    check_not_forked()  # the chains are drawn by TensorFlow
     R = 1 if kind == "predictive" else draws  # chains per batch (× the mixture's K, 1 by default)
     budget = max(BATCH_TOKENS // max(1, R // 8), max_tokens)
     parts: dict[str, np.ndarray] = {}

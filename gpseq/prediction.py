@@ -14,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from gpseq._tensorflow import check_not_forked
 from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
 
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
@@ -140,6 +141,7 @@ class Predictor:
 
     def _gold_batch(self, data: SequenceData, ids: np.ndarray, mean: bool, samples: int, seed: list[int]):
         """log p(labels | X) `[B]` of the labelled sentences `ids` of `data` by the compiled model."""
+        check_not_forked()
         import tensorflow as tf
 
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}
@@ -153,6 +155,7 @@ class Predictor:
         `ids` of `data`: by the NumPy predictive `linear` when it serves, else the compiled model."""
         if mean and self.linear is not None:
             return self.linear.batch(data, ids, chains)
+        check_not_forked()
         import tensorflow as tf
 
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, ids, dtype=self.dtype).items()}

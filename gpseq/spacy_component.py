@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -54,18 +53,6 @@ __all__ = ["TASKS", "GpseqComponent", "make_gpseq", "UPOS_FROM_PTB", "token_dist
 
 TASKS = ("auto", "tag", "spans", "ents")
 _MODEL_SUBDIR = "model"
-# whether this process was forked from one that had TensorFlow loaded (`nlp.pipe(n_process=N)` after
-# the pipeline ran there): TensorFlow does not survive a fork, its first operation in the child hangs
-_FORKED_AFTER_TENSORFLOW = False
-
-
-def _after_fork_in_child() -> None:
-    global _FORKED_AFTER_TENSORFLOW
-    _FORKED_AFTER_TENSORFLOW = "tensorflow" in sys.modules
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @Language.factory(
@@ -252,14 +239,6 @@ class GpseqComponent:
                     TagOptions.checked(decode, "exact", 0, None, tagger.span_scheme)
                 except ConfigError as error:
                     raise ConfigError(f"gpseq component {self.name!r}: {error}") from None
-            if _FORKED_AFTER_TENSORFLOW and not (tagger._deterministic(self.mean or None, self.samples)
-                                                 and tagger.predictor.linear is not None):
-                raise ConfigError(
-                    f"gpseq component {self.name!r}: this process was forked from one where TensorFlow had "
-                    "already started (nlp.pipe with n_process > 1 after the pipeline ran in the parent), and "
-                    "TensorFlow cannot run after a fork (it would hang): use n_process=1, call nlp.pipe with "
-                    "n_process before the pipeline first runs in this process, or tag with a linear model's "
-                    "deterministic predictive (samples: null), which needs no TensorFlow")
             for ids, marginals, paths, _, *rest in tagger.predict_features(
                 matrix, samples=self.samples, mean=self.mean or None, batch_size=self.batch_size, seed=self.seed,
                 max_tokens=self.max_tokens, chains=self.task != "tag" or span_f1,

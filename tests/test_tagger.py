@@ -444,3 +444,40 @@ def test_strings_instead_of_tokenised_sentences_are_refused_by_name():
     with pytest.raises(GpseqError, match="one string"):
         select(None, "The cat sat on the mat .", 2, "random")
     assert [s.tokens for s in _as_sentences([["The", "cat"], ("Dogs", "bark")])] == [["The", "cat"], ["Dogs", "bark"]]
+
+
+def test_a_process_forked_after_tensorflow_started_refuses_to_run_it_instead_of_hanging():
+    """TensorFlow does not survive a fork: a child forked after the parent's Monte Carlo prediction
+    hung at its first TensorFlow operation. Any prediction that needs TensorFlow now raises the
+    reason there (Tagger.tag with samples, select's draws); the linear model's deterministic
+    predictive (plain NumPy) still runs. In subprocesses, bounded in time."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "models" / "en_pos_conll2000"
+    code = (
+        "import os, sys\n"
+        "from gpseq.tagger import Tagger\n"
+        f"tagger = Tagger.load({str(model)!r})\n"
+        "sentence = [['The', 'cat', 'sat', '.']]\n"
+        "tagger.tag(sentence, samples=2)\n"  # TensorFlow starts here, in the parent
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    print('deterministic', tagger.tag(sentence)[0].labels, flush=True)\n"
+        "    for what, call in (('tag', lambda: tagger.tag(sentence, samples=2)),\n"
+        "                       ('select', lambda: tagger.select(sentence, 1, 'bald', tag=False))):\n"
+        "        try:\n"
+        "            call()\n"
+        "            print(what, 'ran', flush=True)\n"
+        "        except Exception as error:\n"
+        "            print(what, 'refused:', error, flush=True)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("deterministic [")
+    assert [line.split(":")[0] for line in lines[1:]] == ["tag refused", "select refused"]
+    assert all("TensorFlow cannot run after a fork" in line for line in lines[1:])
