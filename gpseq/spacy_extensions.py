@@ -25,9 +25,14 @@ _DATA_KEY = "gpseq"
 def store_probabilities(doc: Doc, extension: str, labels: Sequence[str], probs: np.ndarray) -> None:
     """Keep a Doc's marginals `probs [N_doc, V]` over `labels [V]` for `Token._.<extension>`, with
     the character offsets of its tokens."""
-    starts = np.fromiter((token.idx for token in doc), dtype=np.int64, count=len(doc))  # [N_doc]
-    ends = starts + np.fromiter((len(token) for token in doc), dtype=np.int64, count=len(doc))  # [N_doc]
+    starts, ends = _offsets(doc)
     doc.user_data[(_DATA_KEY, extension)] = {"labels": list(labels), "probs": probs, "starts": starts, "ends": ends}
+
+
+def _offsets(doc: Doc) -> tuple[np.ndarray, np.ndarray]:
+    """The character offsets (starts, ends) `[N_doc]` each of a Doc's tokens."""
+    starts = np.fromiter((token.idx for token in doc), dtype=np.int64, count=len(doc))
+    return starts, starts + np.fromiter((len(token) for token in doc), dtype=np.int64, count=len(doc))
 
 
 def _rows(data: dict, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -66,9 +71,7 @@ def token_probabilities(doc: Doc, extension: str = "gpseq_probs") -> tuple[list[
     probs = np.asarray(data["probs"])
     if "starts" not in data:  # stored without offsets: rows are token indices
         return list(data["labels"]), probs
-    starts = np.fromiter((token.idx for token in doc), dtype=np.int64, count=len(doc))
-    ends = starts + np.fromiter((len(token) for token in doc), dtype=np.int64, count=len(doc))
-    rows = _rows(data, starts, ends)
+    rows = _rows(data, *_offsets(doc))
     out = np.full((len(doc), probs.shape[1]), np.nan)
     out[rows >= 0] = probs[rows[rows >= 0]]
     return list(data["labels"]), out

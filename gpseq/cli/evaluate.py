@@ -66,16 +66,13 @@ def metrics_tables(metrics: dict):
     return tables
 
 
-def _plot_target(path: Path) -> Path:
-    """The file a `--plot` PNG is written to: through a symlink to its target (the link is kept, as
-    `-o` keeps it), never in place of a device or a pipe (OutputError), which a write by rename
-    would replace with a regular file."""
+def _check_plot_target(path: Path) -> None:
+    """OutputError when a `--plot` path names (itself or through a symlink) a device or a pipe: the
+    plots are PNG files (`gpseq.corpora._atomic.replacing` would write into it directly)."""
     from gpseq.errors import OutputError
 
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    if os.path.exists(target) and not os.path.isfile(target):
+    if os.path.exists(path) and not os.path.isfile(path):  # both follow a symlink
         raise OutputError(path, "is not a regular file (a device or a pipe); --plot writes a PNG file there")
-    return target
 
 
 @app.command(epilog=EVALUATE_EXAMPLES)
@@ -112,7 +109,8 @@ def evaluate(
     plot_paths = [] if plot is None else [plot, *(plot.with_name(f"{plot.stem}-{what}{plot.suffix or '.png'}")
                                                  for what in ("entities", "risk-coverage"))]
     check_plot_outputs(plot_paths, [corpus], model_dir)
-    targets = [_plot_target(path) for path in plot_paths]
+    for path in plot_paths:
+        _check_plot_target(path)
     sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
     if not any(sentence.fully_labelled for sentence in sentences):
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
@@ -123,14 +121,11 @@ def evaluate(
                              target_error=target_error)
     plots = []
     if plot is not None:
-        report.reliability_diagram(targets[0], bins)
-        plots.append(("reliability diagram", plot_paths[0]))
+        plots.append(("reliability diagram", report.reliability_diagram(plot, bins)))
         if report.entity_calibration:
-            report.entity_reliability_diagram(targets[1], bins)
-            plots.append(("entity reliability diagram", plot_paths[1]))
+            plots.append(("entity reliability diagram", report.entity_reliability_diagram(plot_paths[1], bins)))
         if report.curves:
-            report.risk_coverage_plot(targets[2])
-            plots.append(("risk-coverage plot", plot_paths[2]))
+            plots.append(("risk-coverage plot", report.risk_coverage_plot(plot_paths[2])))
     metrics = report.to_dict()
     if report.n_skipped_sentences:
         typer.echo(f"note: {corpus}: {report.n_skipped_sentences} sentence(s) ({report.n_skipped_tokens} tokens) "

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from gpseq.corpora._atomic import replacing, writable_dir
+from gpseq.corpora._atomic import writable_dir
 from gpseq.errors import OutputError
 from gpseq.model_dir import check_checkpoint_target, check_save_target
 
@@ -147,10 +147,3 @@ def train_lock(output: Path):
         with contextlib.suppress(OSError):
             os.unlink(lock)  # while still holding it: a waiting opener then sees another inode and retries
         os.close(fd)
-
-
-def output_file(output: Path):
-    """The path to write `output` through (`gpseq.corpora._atomic.replacing`): a temporary sibling
-    renamed onto `output` (through a symlink, its target) at the end; a device or FIFO (e.g.
-    /dev/null) is written directly."""
-    return replacing(output)

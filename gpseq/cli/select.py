@@ -13,8 +13,9 @@ from typing import Annotated, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output, output_file
+from gpseq.cli.outputs import check_tag_output
 from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
+from gpseq.corpora._atomic import replacing
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
 
@@ -142,7 +143,7 @@ def select(
         if output is None:
             stream = sys.stdout
         else:
-            target = stack.enter_context(output_file(output))
+            target = stack.enter_context(replacing(output))
             stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
         # resolved: `gpseq select . pool` names the directory, not "" (Path(".").name)
         version = model_version or model_dir.resolve().name

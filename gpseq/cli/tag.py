@@ -12,8 +12,9 @@ from typing import Annotated, Iterable, Iterator, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output, output_file
+from gpseq.cli.outputs import check_tag_output
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
+from gpseq.corpora._atomic import replacing
 from gpseq.corpora.formats import FORMATS
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
@@ -150,7 +151,7 @@ def tag(
     n_sentences = n_tokens = 0
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        target = None if output is None else stack.enter_context(output_file(output))
+        target = None if output is None else stack.enter_context(replacing(output))
         if format_ == "spacy":
             writer = WRITERS[format_](target, lang, full_distribution)
         else:
