@@ -25,11 +25,12 @@ most half of it (the pool is never nearly exhausted, the strategies still choose
 before any run). `--pool N` draws the pool from N random sentences of the rest of the training
 file instead of all of it (a reduced configuration; the JSON says so).
 
-Reported: per strategy and round the sentences and tokens labelled, chunk F1, token NLL, train and
-selection time; the sentences each strategy needs to reach random's final F1 (first round at or
-above it; None if never); the targets: bald reaches it with ≤ 60 % of random's final labels, and
-bald's F1 is above crfsuite-lc's at every round — the `rounds` rounds of selection, each evaluated
-after its sentences are labelled. The start (round 0: both models trained on the same random
+Reported: per strategy and round the sentences and tokens labelled (in the JSON also the
+training-file indices each round picked), chunk F1, token NLL, train and selection time; the
+sentences each strategy needs to reach random's final F1 (first round at or above it; None if
+never); the targets: bald reaches it with ≤ 60 % of random's final labels, and bald's F1 is above
+crfsuite-lc's at every round — the `rounds` rounds of selection, each evaluated after its sentences
+are labelled. The start (round 0: both models trained on the same random
 sentences, nothing selected yet) compares the two learners, not the strategies: it is reported
 beside the target (`start/bald_minus_crfsuite_lc_f1`), not in it. With --plot a PNG of the
 learning curves.
@@ -83,7 +84,8 @@ def run_gpseq(strategy, train, labelled, pool_ids, test, config, rounds, step, s
             rest = [i for i in pool_ids if i not in chosen]
             kind = "random" if strategy == "random-warm" else strategy
             picked = tagger.select([train[i] for i in rest], step, kind, seed=seed + round_, tag=False)
-            labelled += [rest[p.index] for p in picked]
+            point["picked"] = [rest[p.index] for p in picked]  # training-file indices, in pick order
+            labelled += point["picked"]
             point["select_s"] = time.perf_counter() - started
         previous = tagger
         curve.append(point)
@@ -123,7 +125,8 @@ def run_crfsuite(train, labelled, pool_ids, test, features, rounds, step, log):
                 tagger.set(x)
                 confidence.append(tagger.probability(tagger.tag()))
             order = np.argsort(np.asarray(confidence), kind="stable")[:step]  # least confident first
-            labelled += [rest[i] for i in order]
+            point["picked"] = [rest[i] for i in order]
+            labelled += point["picked"]
             point["select_s"] = time.perf_counter() - started
         curve.append(point)
         log(f"  {'crfsuite-lc':17s} round {round_}: {point['sentences']} sentences, F1 {point['f1']:.4f}, "

@@ -6,7 +6,10 @@ defined in `gpseq.acquisition`, which scores a batch of chains; this module draw
 the model. BALD's draws: `variance_scale="calibrated"` (default) uses the calibrated predictive's
 draws (the spread of q scaled by the fitted α, potentials divided by the temperature T, as
 `samples=S` tagging does); a number c draws f from q with its spread scaled by c (c = 1: the
-Laplace / SVI posterior itself) and no temperature.
+Laplace / SVI posterior itself) and no temperature. One seed is one set of draws for the whole pool
+(the weights' noise keyed by feature id, `gpseq.structured.unaries`): a sentence's score does not
+depend on the sentences scored with it, nor on the chunk size. The sequence-level strategies' sampled
+paths are drawn per batch.
 
 A sentence longer than the model's `predict_max_tokens` is scored in consecutive pieces of at
 most that many tokens (each its own chain): the token sums are exact, the sequence quantities add
@@ -159,7 +162,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
     for number, ids in enumerate(token_batches(pieces.lengths, budget, 256)):
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(pieces, ids, dtype=tagger.predictor.dtype).items()}
         unary, pairwise, weights = chains_fn(batch, tf.constant(draws, tf.int32),
-                                             tf.constant([seed, chunk * 100003 + number], tf.int32),
+                                             tf.constant([seed, 0], tf.int32),  # the same draws in every batch
                                              tf.constant(scale, tf.float64))
         posterior = ChainPosterior(unary.numpy(), pairwise.numpy(), pieces.lengths[ids], weights.numpy())
         found = chain_scores(posterior, strategy, level=level, paths=paths,

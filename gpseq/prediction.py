@@ -9,7 +9,6 @@ through `Tagger.predict_features` / `Tagger.gold_log_probs`.
 
 from __future__ import annotations
 
-import itertools
 from typing import Iterator
 
 import numpy as np
@@ -61,11 +60,12 @@ class Predictor:
         sentence longer than `max_tokens` is tagged in overlapping windows of that many tokens,
         each token's results taken from the window where it is most central, and yielded alone
         (see `Tagger.tag`)."""
-        numbers = itertools.count()  # one seed per compiled call
+        draws = [seed, 0]  # one seed for every batch: the same draws of the model's global quantities
+        # (`gpseq.structured.unaries`), so a sentence's results do not depend on its batch
         budget = batch_tokens(mean, samples)
         short = np.flatnonzero(data.lengths <= max_tokens)
         for ids in token_batches(data.lengths[short], budget, batch_size):
-            marg, path, logp, posterior = self._batch(data, short[ids], mean, samples, [seed, next(numbers)], chains)
+            marg, path, logp, posterior = self._batch(data, short[ids], mean, samples, draws, chains)
             yield (short[ids], marg, path, logp, posterior) if chains else (short[ids], marg, path, logp)
         for index in np.flatnonzero(data.lengths > max_tokens):
             start, stop = data.offsets[index], data.offsets[index + 1]
@@ -73,7 +73,7 @@ class Predictor:
             pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
             marg = path = unary = pairwise = weights = None
             for ids in token_batches(pieces.lengths, budget, batch_size):
-                window_marg, window_path, _, window = self._batch(pieces, ids, mean, samples, [seed, next(numbers)],
+                window_marg, window_path, _, window = self._batch(pieces, ids, mean, samples, draws,
                                                                   chains)
                 if marg is None:
                     marg = np.empty((stop - start, window_marg.shape[-1]), dtype=window_marg.dtype)  # [T, V]
@@ -90,7 +90,7 @@ class Predictor:
             labelled = SequenceData(data.rows[start:stop], np.array([0, stop - start], dtype=np.int64),
                                     path.astype(np.int32))
             logp = self.log_probs(labelled, mean=mean, samples=samples, batch_size=batch_size,
-                                  seed=[seed, next(numbers)], max_tokens=max_tokens)
+                                  seed=draws, max_tokens=max_tokens)
             if chains:
                 # one chain over the whole sentence: its unaries are exact in any window (deterministic);
                 # Monte Carlo draws are stitched from the windows' and the first window's pairwise is used
@@ -129,11 +129,11 @@ class Predictor:
             owner, sign, pieces = np.arange(len(data)), np.ones(len(data)), data
         out = np.zeros(len(data))
         clipped = SequenceData(pieces.rows, pieces.offsets, np.maximum(pieces.label_ids, 0))  # unseen: −inf below
-        for number, ids in enumerate(token_batches(pieces.lengths, batch_tokens(mean, samples), batch_size)):
+        for ids in token_batches(pieces.lengths, batch_tokens(mean, samples), batch_size):
             if mean and self.linear is not None:
                 logp = self.linear.log_probs(clipped, ids)
             else:
-                logp = self._gold_batch(clipped, ids, mean, samples, [seed[0], seed[1] + number])
+                logp = self._gold_batch(clipped, ids, mean, samples, seed)
             np.add.at(out, owner[ids], sign[ids] * logp)
         out = np.minimum(out, 0.0)  # log-probabilities; the windows' sum can round (or approximate) above 0
         out[unseen] = -np.inf

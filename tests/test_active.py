@@ -438,3 +438,32 @@ def test_select_conll_output_reads_back_as_the_pool_tokens(cli_model):
 
     assert sorted(s.tokens for s in read_conll(picked, token_column=1)) == [["Shares", "rose", "."],
                                                                             ["She", "moved", "to", "Paris", "."]]
+
+
+def test_monte_carlo_scores_and_marginals_do_not_depend_on_the_batch(trained):
+    """One seed is one set of posterior draws for the whole pool: a sentence's BALD score and its
+    Monte Carlo marginals are the same scored alone, in a batch of others or in chunks of any size.
+    Before, the weights' noise was drawn per batch (for the batch's own features, from a seed with the
+    batch's number), so a sentence's score changed with the sentences batched with it."""
+    from gpseq.active import score_sentences
+
+    tagger, train = trained
+    pool = train[120:160]
+    together = score_sentences(tagger, pool, "bald", seed=4)
+    alone = np.array([score_sentences(tagger, [s], "bald", seed=4)[0] for s in pool[:6]])
+    np.testing.assert_allclose(alone, together[:6], rtol=2e-4, atol=1e-6)
+    reversed_ = score_sentences(tagger, pool[::-1], "bald", seed=4)[::-1]
+    np.testing.assert_allclose(reversed_, together, rtol=2e-4, atol=1e-6)
+    by_chunk = {size: sorted((p.index, p.score) for p in tagger.select(pool, 10, "bald", seed=4, chunk_size=size,
+                                                                        max_similarity=1.0, tag=False))
+                for size in (3, 2048)}
+    assert [i for i, _ in by_chunk[3]] == [i for i, _ in by_chunk[2048]]
+    np.testing.assert_allclose([s for _, s in by_chunk[3]], [s for _, s in by_chunk[2048]], rtol=2e-4)
+    # another seed is another draw
+    assert not np.allclose(score_sentences(tagger, pool, "bald", seed=5), together, rtol=1e-3)
+    # Monte Carlo tagging (samples=S): the same marginals for a sentence whatever it is tagged with
+    batch = tagger.tag(pool, samples=8)
+    for i in (0, 7, 23):
+        single = tagger.tag([pool[i]], samples=8)[0]
+        np.testing.assert_allclose(single.probabilities, batch[i].probabilities, rtol=1e-4, atol=1e-6)
+        assert single.sequence_log_prob == pytest.approx(batch[i].sequence_log_prob, rel=1e-4, abs=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scipy.stats
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -136,3 +137,31 @@ def test_prior_variance_learnable_and_gradients_flow():
         loss = layer.kl() + tf.reduce_sum(mean**2 + var)
     grads = tape.gradient(loss, layer.trainable_variables)
     assert all(g is not None for g in grads)
+
+
+def test_a_weights_draw_is_keyed_by_its_feature_id():
+    """Under one seed, the draw of w_d is the same whichever other rows are drawn with it (noise keyed
+    by the feature id, `gpseq.gp.hashed`), and equals the row of a draw of all the weights; the draws
+    of distinct rows, and of one row under distinct seeds, are independent standard normals."""
+    from gpseq.gp.hashed import hashed_normal
+
+    D, P, S = 12, 3, 5
+    layer = WeightSpaceLinear(D, P, dtype=tf.float64)
+    layer.q_mu.assign(np.random.default_rng(0).normal(size=(D, P)))
+    rows = lambda ids: PaddedRows(np.array([[i] for i in ids], np.int32), np.ones((len(ids), 1)))  # noqa: E731
+    first = layer.sample_f(rows([3, 7]), S, seed=(1, 2)).numpy()  # [S, 2, P]
+    second = layer.sample_f(rows([7, 9, 11]), S, seed=(1, 2)).numpy()
+    np.testing.assert_array_equal(first[:, 1], second[:, 0])  # row 7 in both
+    whole = layer.sample_weights(S, (1, 2)).numpy()  # [S, D, P]
+    np.testing.assert_allclose(whole[:, [3, 7, 9, 11]], np.concatenate([first, second[:, 1:]], 1), rtol=1e-12)
+    other = layer.sample_f(rows([3, 7]), S, seed=(1, 3)).numpy()
+    assert not np.allclose(other, first)
+    # tensor seeds: standard normal entries, independent across seeds and ids
+    z = {seed: hashed_normal(np.arange(20_000), 25, tf.constant(seed, tf.int32), tf.float64).numpy()
+         for seed in [(1, 2), (1, 3), (2, 2)]}
+    for draws in z.values():
+        assert scipy.stats.kstest(draws.ravel()[::3], "norm").pvalue > 1e-3
+        assert abs(draws.mean()) < 5e-3 and abs(draws.var() - 1.0) < 5e-3
+        assert abs(np.corrcoef(draws[:-1, 0], draws[1:, 0])[0, 1]) < 0.03
+    for a, b in [((1, 2), (1, 3)), ((1, 2), (2, 2)), ((1, 3), (2, 2))]:
+        assert abs(np.corrcoef(z[a].ravel(), z[b].ravel())[0, 1]) < 5e-3

@@ -20,6 +20,7 @@ import tensorflow as tf
 from gpseq._tfp import tfp
 
 from gpseq.features.padded import PaddedRows
+from gpseq.gp.hashed import hashed_normal
 
 tfd = tfp.distributions
 
@@ -125,11 +126,13 @@ class WeightSpaceLinear(tf.Module):
         return cov
 
     # ---- samples -------------------------------------------------------------------------------
-    def _draw(self, mu, var, factor, num_samples, seed):
-        """Weights `[S, U, P]` from q restricted to U rows (exact joint draw)."""
+    def _draw(self, mu, var, factor, num_samples, seed, ids):
+        """Weights `[S, U, P]` from q restricted to the rows `ids [U]` (exact joint draw; each row's
+        noise keyed by its id, `hashed_normal`: the same draw of w_d whichever rows are drawn with it)."""
         seeds = tfp.random.split_seed(seed, 2)
-        shape = tf.concat([[num_samples], tf.shape(mu)], 0)
-        w = mu + tf.sqrt(var) * tf.random.stateless_normal(shape, seeds[0], dtype=self.dtype)
+        eps = tf.reshape(hashed_normal(ids, num_samples * self.n_outputs, seeds[0], self.dtype),
+                         [-1, num_samples, self.n_outputs])  # [U, S, P]
+        w = mu + tf.sqrt(var) * tf.transpose(eps, [1, 0, 2])
         if factor is not None:
             eta = tf.random.stateless_normal([num_samples, self.n_outputs, self.low_rank], seeds[1], dtype=self.dtype)
             w += tf.einsum("upr,spr->sup", factor, eta)  # the R shared factors are drawn once per sample
@@ -138,7 +141,7 @@ class WeightSpaceLinear(tf.Module):
     def sample_weights(self, num_samples: int, seed):
         """Joint draws of all weights from q(w) → `[S, D, P]` (O(S·D·P); prefer `sample_f`)."""
         mu, var, factor = self._local(None)
-        return self._draw(mu, var, factor, num_samples, seed)
+        return self._draw(mu, var, factor, num_samples, seed, tf.range(tf.shape(mu)[0]))
 
     def sample_f(self, rows: PaddedRows, num_samples: int, seed, feature_ids=None):
         """Joint samples of f over a whole batch of padded rows `[..., F]` → `[S, ..., P]`.
@@ -154,6 +157,6 @@ class WeightSpaceLinear(tf.Module):
             feature_ids, local = tf.unique(tf.reshape(indices, [-1]))
             indices = tf.reshape(local, tf.shape(indices))
         mu, var, factor = self._local(feature_ids)
-        w = self._draw(mu, var, factor, num_samples, seed)  # [S, U, P]
+        w = self._draw(mu, var, factor, num_samples, seed, feature_ids)  # [S, U, P]
         gathered = tf.gather(w, indices, axis=1)  # [S, ..., F, P]
         return tf.reduce_sum(values[None, ..., None] * gathered, axis=-2)

@@ -28,7 +28,7 @@ from gpseq.gp.kernels import RBF
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.variational import VariationalGaussian
 from gpseq.gp.weight_space import gather_sum
-from gpseq.structured.unaries import global_rows
+from gpseq.structured.unaries import global_rows, local_seed
 
 
 class DeepUnaries(tf.Module):
@@ -88,7 +88,9 @@ class DeepUnaries(tf.Module):
     # ---- sampling and means --------------------------------------------------------------------------
     def sample(self, batch, num_samples: int, seed, return_hidden: bool = False):
         """Joint samples of the deep-GP part of the unaries `[S, B, T, V]` (and the hidden `[S, B, T, Q]`)."""
-        seeds = tfp.random.split_seed(seed, 4)
+        seeds = tfp.random.split_seed(seed, 2)  # the inducing values: one draw per seed, whatever the batch
+        local = tfp.random.split_seed(local_seed(seed, batch), 2)  # the tokens' conditional noise
+        seeds = [seeds[0], local[0], seeds[1], local[1]]
         S = num_samples
         B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
         mask = tf.sequence_mask(batch["lengths"], T, dtype=self.dtype)  # [B, T]

@@ -38,40 +38,14 @@ draws w ~ q(w) shared by the batch, or by score functions with `gaussian_blocks`
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from gpseq.errors import ConfigError
+from gpseq.gp.hashed import hashed_normal
 from gpseq.gp.kernels import RBF
 from gpseq.gp.random_features import fourier_features
 from gpseq.gp.variational import VariationalGaussian
 from gpseq.gp.weight_space import gather_sum
-
-_UINT = tf.uint32
-
-
-def _mix32(x):
-    """lowbias32 (C. Wellons' 32-bit integer hash): a bijection of uint32 with good avalanche."""
-    for shift, factor in ((16, 0x7FEB352D), (15, 0x846CA68B)):
-        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(shift, _UINT)))
-        x = x * tf.constant(factor, _UINT)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, _UINT)))
-
-
-def hashed_normal(ids, num_columns: int, seed: int = 0, dtype=tf.float32):
-    """Standard normals Ω[d, c] for the rows `ids [U]` (non-negative ints) and columns c < `num_columns`
-    → `[U, num_columns]`: the same value for the same (seed, d, c) on every call, independent across
-    entries (up to the hash's quality), so a D × C Gaussian matrix is read row by row without being
-    stored. Two 24-bit uniforms per entry from the hash of (seed, d, 2c) and (seed, d, 2c + 1),
-    Box–Muller."""
-    ids = tf.cast(tf.convert_to_tensor(ids), _UINT)
-    row = _mix32(_mix32(ids) + _mix32(tf.constant(seed % 2**32, _UINT) + tf.constant(0x9E3779B9, _UINT)))
-    counters = _mix32(tf.cast(tf.range(2 * num_columns), _UINT) * tf.constant(0x85EBCA6B, _UINT))
-    bits = _mix32(tf.bitwise.bitwise_xor(row[:, None], counters))  # [U, 2C]
-    uniform = (tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, _UINT)), dtype) + 0.5) * (2.0**-24)  # (0, 1)
-    u1, u2 = uniform[:, :num_columns], uniform[:, num_columns:]
-    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * np.pi * u2)
-
 
 class GPNetUnaries(tf.Module):
     """Random-feature RBF unaries g `[.., B, T, V]` over padded sparse token features (module docstring).

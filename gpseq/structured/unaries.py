@@ -16,6 +16,11 @@ different model from Theorem 3's; see `SparseGPUnaries`).
 Batches are the tagger's padded batches: `indices [B, T, F]` (batch-local ids into
 `feature_ids [U]`), `values [B, T, F]`, `lengths [B]`. Samples carry the mixture component and the
 sample axes in front: `[K, S, B, T, V]`.
+
+Draws with one seed are one draw of the model's global quantities — the weights w (keyed by feature
+id, `gpseq.gp.hashed`), q(u), the pairwise potentials — whatever the batch: a Monte Carlo prediction
+of a sentence does not depend on the sentences batched with it. Only the per-token conditional noise
+of the sparse and deep GP parts is local, drawn from the seed folded with the batch (`local_seed`).
 """
 
 from __future__ import annotations
@@ -28,10 +33,24 @@ from gpseq.errors import ConfigError
 from gpseq.features.padded import PaddedRows
 from gpseq.gp.kernels import sparse_weighted_gram_blocks
 from gpseq.gp.conditionals import conditional_noise, projections
+from gpseq.gp.hashed import hashed_normal, mix32
 from gpseq.gp.linalg import safe_cholesky
 from gpseq.gp.variational import VariationalGaussian
 
 tfd = tfp.distributions
+
+
+def local_seed(seed, batch):
+    """A stateless seed `[2]` for noise local to `batch`'s tokens: `seed` folded with a hash of the
+    batch's features and lengths, so batches of other sentences get independent noise under one seed
+    (the global draws stay keyed by `seed` alone)."""
+    def digest(values):  # order-dependent hash of an integer vector → uint32
+        words = mix32(tf.cast(values, tf.uint32) + tf.cast(tf.range(tf.size(values)), tf.uint32)
+                      * tf.constant(0x9E3779B9, tf.uint32))
+        return mix32(tf.reduce_sum(words))
+    key = mix32(digest(batch["feature_ids"]) + digest(batch["lengths"]) * tf.constant(0x85EBCA6B, tf.uint32))
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    return tf.stack([seed[0], tf.bitwise.bitwise_xor(seed[1], tf.bitcast(key, tf.int32))])
 
 
 def global_rows(batch) -> PaddedRows:
@@ -101,7 +120,7 @@ class SparseGPUnaries(tf.Module):
         draws = self.q.sample_u(num_samples, seeds[0])  # [K, S, M, V]
         g = tf.einsum("btm,ksmv->ksbtv", proj, draws)
         shape = tf.concat([tf.shape(draws)[:2], tf.shape(a_w)[:2], [self.q.num_latent]], 0)
-        eps = tf.random.stateless_normal(shape, seeds[1], dtype=a_w.dtype)
+        eps = tf.random.stateless_normal(shape, local_seed(seeds[1], batch), dtype=a_w.dtype)
         mask = tf.sequence_mask(batch["lengths"], tf.shape(a_w)[1], dtype=a_w.dtype)  # [B, T]
         if self.conditional == "full":
             return g + conditional_noise(eps, a_w, mask, self.jitter,
@@ -225,8 +244,9 @@ class Unaries(tf.Module):
             mu = tf.gather(self.linear.q_mu, batch["feature_ids"])  # [U, V]
             sd = tf.sqrt(tf.gather(tf.convert_to_tensor(self.linear.q_variance), batch["feature_ids"]))  # [U, V]
             U = tf.shape(mu)[0]
-            # drawn directly in [U, S, V] so the table the tokens gather from needs no transpose
-            eps = tf.random.stateless_normal(tf.stack([U, S, V]), seeds[0], dtype=self.dtype)
+            # keyed by the feature's id (`hashed_normal`): w_d's draw is the same in every batch
+            # that touches d; drawn in [U, S, V] so the table the tokens gather from needs no transpose
+            eps = tf.reshape(hashed_normal(batch["feature_ids"], S * V, seeds[0], self.dtype), [U, S, V])
             w = mu[:, None] + sd[:, None] * eps  # [U, S, V]
             gathered = tf.gather(tf.reshape(w, [U, S * V]), batch["indices"])  # [B, T, F, S·V]
             lin = tf.einsum("btf,btfc->btc", batch["values"], gathered)  # [B, T, S·V]
