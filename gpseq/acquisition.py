@@ -31,6 +31,8 @@ which hold more uncertainty, come first.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 __all__ = ["STRATEGIES", "LEVELS", "chain_token_marginals", "chain_entropies", "sample_paths",
@@ -79,9 +81,40 @@ def chain_entropies(posterior) -> np.ndarray:
     return np.where(posterior.lengths[None] > 0, posterior.log_z - expected, 0.0)
 
 
-def sample_paths(posterior, n: int, rng: np.random.Generator) -> np.ndarray:
+def _mix32(x: np.ndarray) -> np.ndarray:
+    """lowbias32 on uint32 arrays (wrapping), as `gpseq.gp.hashed.mix32` in TensorFlow."""
+    x = np.asarray(x).astype(np.uint32)
+    with np.errstate(over="ignore"):  # uint32 arithmetic wraps by design
+        for shift, factor in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+            x = (x ^ (x >> np.uint32(shift))) * np.uint32(factor)
+    return x ^ (x >> np.uint32(16))
+
+
+def sentence_keys(sentences, seed: int, pieces: np.ndarray | None = None) -> np.ndarray:
+    """A uint32 key `[N]` per sentence from its tokens, the seed and (optionally) its piece number:
+    the random streams `sample_paths` draws for a sentence, whatever it is batched with."""
+    crc = np.array([zlib.crc32("\x1f".join(s.tokens).encode("utf-8", "surrogatepass")) for s in sentences],
+                   dtype=np.uint32)
+    piece = np.zeros(len(crc), dtype=np.uint32) if pieces is None else np.asarray(pieces).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        return _mix32(crc ^ _mix32(np.uint32(seed % 2**32) + piece * np.uint32(0x9E3779B9)))
+
+
+def _keyed_gumbel(keys: np.ndarray, t: int, R: int, n: int, V: int) -> np.ndarray:
+    """Gumbel noise `[R, n, B, V]` for step t, a fixed function of (key of sentence b, t, r, k, v)."""
+    with np.errstate(over="ignore"):  # uint32 arithmetic wraps by design
+        step = _mix32(np.uint32(t) * np.uint32(0x85EBCA6B) + np.uint32(0x632BE5AB))
+        element = _mix32(np.arange(R * n * V, dtype=np.uint32) * np.uint32(0x9E3779B9)).reshape(R, n, 1, V)
+        bits = _mix32(_mix32(keys ^ step)[None, None, :, None] + element)
+    uniform = ((bits >> np.uint32(8)).astype(np.float64) + 0.5) * 2.0**-24
+    return -np.log(-np.log(uniform))
+
+
+def sample_paths(posterior, n: int, rng: np.random.Generator, keys: np.ndarray | None = None) -> np.ndarray:
     """`n` label sequences from each chain, `[R, n, B, T]` (padding 0): forward filtering, backward
-    sampling — y_{L−1} ∝ α_{L−1}, then y_t | y_{t+1} ∝ α_t(y_t) exp W(y_t, y_{t+1}) — by Gumbel-max."""
+    sampling — y_{L−1} ∝ α_{L−1}, then y_t | y_{t+1} ∝ α_t(y_t) exp W(y_t, y_{t+1}) — by Gumbel-max.
+    The Gumbel noise comes from `rng`, or with `keys [B]` (`sentence_keys`) from each sentence's own
+    key: then a sentence's paths do not depend on the other sentences of the batch."""
     R, B, T, V = posterior.unary.shape
     lengths = posterior.lengths
     paths = np.zeros((R, n, B, T), dtype=np.int64)
@@ -93,7 +126,8 @@ def sample_paths(posterior, n: int, rng: np.random.Generator) -> np.ndarray:
         conditional = log_alpha + transposed[chain, following]  # [R, n, B, V]
         last = (t == lengths - 1)[None, None, :, None]
         logits = np.where(last, log_alpha, conditional)
-        draw = np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
+        noise = rng.gumbel(size=logits.shape) if keys is None else _keyed_gumbel(keys, t, R, n, V)
+        draw = np.argmax(logits + noise, axis=-1)
         following = np.where((t < lengths)[None, None], draw, 0)
         paths[..., t] = following
     return paths
@@ -116,9 +150,9 @@ def mixture_path_log_probs(posterior, paths: np.ndarray) -> np.ndarray:
     return log_p.reshape((R,) + lead + (B,))
 
 
-def _mixture_terms(posterior, paths_per_chain: int, rng: np.random.Generator):
+def _mixture_terms(posterior, paths_per_chain: int, rng: np.random.Generator, keys=None):
     """(log p_r(y_rn) `[R, n, B]`, log p̄(y_rn) `[R, n, B]`) for `n` paths sampled from each chain r."""
-    paths = sample_paths(posterior, paths_per_chain, rng)  # [R, n, B, T]
+    paths = sample_paths(posterior, paths_per_chain, rng, keys)  # [R, n, B, T]
     with np.errstate(divide="ignore"):
         log_w = np.log(posterior.weights)[:, None, None]
     own = np.empty(paths.shape[:-1])
@@ -133,10 +167,11 @@ def _mixture_terms(posterior, paths_per_chain: int, rng: np.random.Generator):
 
 
 def chain_scores(posterior, strategy: str, *, level: str = "token", paths: int = 8,
-                 rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+                 rng: np.random.Generator | None = None, keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The parts of a strategy's score for each sentence of a batch, `[B]` each: {"sum": …} for the
     additive scores (bald, entropy), {"log_p1", "log_p2"} (log-probabilities of the best and second
-    best paths) for least-confidence and margin."""
+    best paths) for least-confidence and margin. Sequence-level paths are sampled with `rng`, or
+    per sentence from `keys` (`sample_paths`)."""
     rng = rng if rng is not None else np.random.default_rng(0)
     w = posterior.weights
     valid = _valid(posterior)
@@ -160,7 +195,7 @@ def chain_scores(posterior, strategy: str, *, level: str = "token", paths: int =
         return {"sum": total}
     if strategy == "entropy" and len(w) == 1:
         return {"sum": chain_entropies(posterior)[0]}
-    own, log_mixture = _mixture_terms(posterior, paths, rng)
+    own, log_mixture = _mixture_terms(posterior, paths, rng, keys)
     if strategy == "bald":  # Σ_r w_r E_{p_r}[log p_r(y) − log p̄(y)]
         return {"sum": np.einsum("r,rb->b", w, np.mean(own - log_mixture, axis=1))}
     return {"sum": np.einsum("r,rb->b", w, np.mean(-log_mixture, axis=1))}  # H[p̄] = E_p̄[−log p̄(y)]

@@ -8,8 +8,8 @@ draws (the spread of q scaled by the fitted α, potentials divided by the temper
 `samples=S` tagging does); a number c draws f from q with its spread scaled by c (c = 1: the
 Laplace / SVI posterior itself) and no temperature. One seed is one set of draws for the whole pool
 (the weights' noise keyed by feature id, `gpseq.structured.unaries`): a sentence's score does not
-depend on the sentences scored with it, nor on the chunk size. The sequence-level strategies' sampled
-paths are drawn per batch.
+depend on the sentences scored with it, nor on the chunk size; nor do the sequence-level
+strategies' sampled paths, drawn from a key of the sentence's tokens and the seed.
 
 A sentence longer than the model's `predict_max_tokens` is scored in consecutive pieces of at
 most that many tokens (each its own chain): the token sums are exact, the sequence quantities add
@@ -35,7 +35,7 @@ import numpy as np
 
 from gpseq._tensorflow import check_not_forked
 from gpseq.acquisition import (LEVELS, STRATEGIES, chain_entropies, chain_scores, chain_token_marginals, combine,
-                               mixture_path_log_probs, sample_paths)
+                               mixture_path_log_probs, sample_paths, sentence_keys)
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError
 
@@ -127,7 +127,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
                     normalise: bool = False, samples: int | None = None, variance_scale="calibrated",
                     paths: int = 8, seed: int = 0, chunk: int = 0) -> np.ndarray:
     """The strategy's score `[N]` of each sentence (higher = more worth annotating); see the module
-    docstring. `chunk` numbers the call for the random streams (`select` passes its chunk number)."""
+    docstring. `chunk` numbers the call for the random strategy's stream (`select` draws its own)."""
     _check(strategy, level, samples, variance_scale, paths, seed)
     lengths = np.array([len(s.tokens) for s in sentences], dtype=np.int64)
     if strategy == "random":
@@ -151,6 +151,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
     starts = data.offsets[owners] + first * max_tokens
     stops = np.minimum(starts + max_tokens, data.offsets[owners + 1])
     pieces = data.slices(starts, stops)
+    keys = sentence_keys([sentences[i] for i in owners], seed, first)  # each piece's own paths
     check_not_forked()  # the chains are drawn by TensorFlow
     R = 1 if kind == "predictive" else draws  # chains per batch (× the mixture's K, 1 by default)
     budget = max(BATCH_TOKENS // max(1, R // 8), max_tokens)
@@ -159,14 +160,13 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
 
     from gpseq.structured.spans import ChainPosterior
 
-    for number, ids in enumerate(token_batches(pieces.lengths, budget, 256)):
+    for ids in token_batches(pieces.lengths, budget, 256):
         batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(pieces, ids, dtype=tagger.predictor.dtype).items()}
         unary, pairwise, weights = chains_fn(batch, tf.constant(draws, tf.int32),
                                              tf.constant([seed, 0], tf.int32),  # the same draws in every batch
                                              tf.constant(scale, tf.float64))
         posterior = ChainPosterior(unary.numpy(), pairwise.numpy(), pieces.lengths[ids], weights.numpy())
-        found = chain_scores(posterior, strategy, level=level, paths=paths,
-                             rng=np.random.default_rng([seed, chunk, number, 2]))
+        found = chain_scores(posterior, strategy, level=level, paths=paths, keys=keys[ids])
         for key, value in found.items():
             parts.setdefault(key, np.zeros(len(owners)))[ids] = value
     return combine(parts, owners, lengths, strategy, normalise)

@@ -104,9 +104,13 @@ def test_sequence_entropy_of_one_chain_is_exact():
         assert found[b] == pytest.approx(exact, abs=1e-10)
 
 
-def test_sampled_paths_follow_the_chain():
+@pytest.mark.parametrize("keyed", [False, True])
+def test_sampled_paths_follow_the_chain(keyed):
+    """Forward filtering, backward sampling against enumeration, with the Gumbel noise from a
+    generator or keyed by the sentence (`sentence_keys`: the hash-based noise must be Gumbel too)."""
     posterior, unary, pairwise, lengths = random_chains(R=2, B=1, T=3, seed=4, lengths=[3])
-    paths = sample_paths(posterior, 20000, np.random.default_rng(5))  # [R, n, B, T]
+    keys = np.array([12345], dtype=np.uint32) if keyed else None
+    paths = sample_paths(posterior, 20000, np.random.default_rng(5), keys)  # [R, n, B, T]
     for r in range(2):
         exact = enumerate_chain(unary[r, 0], pairwise[r], 3)
         counts = {}
@@ -461,6 +465,10 @@ def test_monte_carlo_scores_and_marginals_do_not_depend_on_the_batch(trained):
     np.testing.assert_allclose([s for _, s in by_chunk[3]], [s for _, s in by_chunk[2048]], rtol=2e-4)
     # another seed is another draw
     assert not np.allclose(score_sentences(tagger, pool, "bald", seed=5), together, rtol=1e-3)
+    # sequence level: the sampled paths are keyed by the sentence too
+    sequence = score_sentences(tagger, pool[:12], "bald", level="sequence", seed=4)
+    single = [score_sentences(tagger, [s], "bald", level="sequence", seed=4)[0] for s in pool[:3]]
+    np.testing.assert_allclose(single, sequence[:3], rtol=2e-4, atol=1e-6)
     # Monte Carlo tagging (samples=S): the same marginals for a sentence whatever it is tagged with
     batch = tagger.tag(pool, samples=8)
     for i in (0, 7, 23):
