@@ -31,8 +31,6 @@ which hold more uncertainty, come first.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 __all__ = ["STRATEGIES", "LEVELS", "chain_token_marginals", "chain_entropies", "sample_paths",
@@ -91,23 +89,30 @@ def _mix32(x: np.ndarray) -> np.ndarray:
 
 
 def sentence_keys(sentences, seed: int, pieces: np.ndarray | None = None) -> np.ndarray:
-    """A uint32 key `[N]` per sentence from its tokens, the seed and (optionally) its piece number:
-    the random streams `sample_paths` draws for a sentence, whatever it is batched with."""
-    crc = np.array([zlib.crc32("\x1f".join(s.tokens).encode("utf-8", "surrogatepass")) for s in sentences],
-                   dtype=np.uint32)
-    piece = np.zeros(len(crc), dtype=np.uint32) if pieces is None else np.asarray(pieces).astype(np.uint32)
+    """A uint32 key `[N]` per sentence from its tokens (`stable_hash`), the seed and (optionally) its
+    piece number: the random streams `sample_paths` draws for a sentence, whatever it is batched with."""
+    from gpseq.features.values import stable_hash
+
+    hashes = np.array([stable_hash("\x1f".join(s.tokens)) for s in sentences], dtype=np.uint64)
+    words = ((hashes >> np.uint64(32)) ^ hashes).astype(np.uint32)
+    piece = np.zeros(len(words), dtype=np.uint32) if pieces is None else np.asarray(pieces).astype(np.uint32)
     with np.errstate(over="ignore"):
-        return _mix32(crc ^ _mix32(np.uint32(seed % 2**32) + piece * np.uint32(0x9E3779B9)))
+        return _mix32(words ^ _mix32(np.uint32(seed % 2**32) + piece * np.uint32(0x9E3779B9)))
 
 
-def _keyed_gumbel(keys: np.ndarray, t: int, R: int, n: int, V: int) -> np.ndarray:
-    """Gumbel noise `[R, n, B, V]` for step t, a fixed function of (key of sentence b, t, r, k, v)."""
+def _keyed_gumbel(keys: np.ndarray, R: int, n: int, V: int):
+    """`noise(t)`: Gumbel noise `[R, n, B, V]` for step t, a fixed function of (key of sentence b, t,
+    r, k, v); the (r, k, v) part is hashed once."""
     with np.errstate(over="ignore"):  # uint32 arithmetic wraps by design
-        step = _mix32(np.uint32(t) * np.uint32(0x85EBCA6B) + np.uint32(0x632BE5AB))
         element = _mix32(np.arange(R * n * V, dtype=np.uint32) * np.uint32(0x9E3779B9)).reshape(R, n, 1, V)
-        bits = _mix32(_mix32(keys ^ step)[None, None, :, None] + element)
-    uniform = ((bits >> np.uint32(8)).astype(np.float64) + 0.5) * 2.0**-24
-    return -np.log(-np.log(uniform))
+
+    def noise(t: int) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            step = _mix32(np.uint32(t) * np.uint32(0x85EBCA6B) + np.uint32(0x632BE5AB))
+            bits = _mix32(_mix32(keys ^ step)[None, None, :, None] + element)
+        return -np.log(-np.log(((bits >> np.uint32(8)).astype(np.float64) + 0.5) * 2.0**-24))
+
+    return noise
 
 
 def sample_paths(posterior, n: int, rng: np.random.Generator, keys: np.ndarray | None = None) -> np.ndarray:
@@ -121,12 +126,13 @@ def sample_paths(posterior, n: int, rng: np.random.Generator, keys: np.ndarray |
     transposed = np.swapaxes(posterior.pairwise, 1, 2)  # [R, V(next), V(this)]
     chain = np.arange(R)[:, None, None]
     following = np.zeros((R, n, B), dtype=np.int64)
+    keyed = None if keys is None else _keyed_gumbel(keys, R, n, V)
     for t in range(T - 1, -1, -1):
         log_alpha = np.broadcast_to(posterior.log_alpha[:, None, :, t], (R, n, B, V))
         conditional = log_alpha + transposed[chain, following]  # [R, n, B, V]
         last = (t == lengths - 1)[None, None, :, None]
         logits = np.where(last, log_alpha, conditional)
-        noise = rng.gumbel(size=logits.shape) if keys is None else _keyed_gumbel(keys, t, R, n, V)
+        noise = rng.gumbel(size=logits.shape) if keyed is None else keyed(t)
         draw = np.argmax(logits + noise, axis=-1)
         following = np.where((t < lengths)[None, None], draw, 0)
         paths[..., t] = following

@@ -151,7 +151,8 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
     starts = data.offsets[owners] + first * max_tokens
     stops = np.minimum(starts + max_tokens, data.offsets[owners + 1])
     pieces = data.slices(starts, stops)
-    keys = sentence_keys([sentences[i] for i in owners], seed, first)  # each piece's own paths
+    # each piece's own stream for the sampled paths (only the sequence level samples any)
+    keys = sentence_keys([sentences[i] for i in owners], seed, first) if level == "sequence" else None
     check_not_forked()  # the chains are drawn by TensorFlow
     R = 1 if kind == "predictive" else draws  # chains per batch (× the mixture's K, 1 by default)
     budget = max(BATCH_TOKENS // max(1, R // 8), max_tokens)
@@ -166,7 +167,7 @@ def score_sentences(tagger, sentences: Sequence[Sentence], strategy: str = "bald
                                              tf.constant([seed, 0], tf.int32),  # the same draws in every batch
                                              tf.constant(scale, tf.float64))
         posterior = ChainPosterior(unary.numpy(), pairwise.numpy(), pieces.lengths[ids], weights.numpy())
-        found = chain_scores(posterior, strategy, level=level, paths=paths, keys=keys[ids])
+        found = chain_scores(posterior, strategy, level=level, paths=paths, keys=None if keys is None else keys[ids])
         for key, value in found.items():
             parts.setdefault(key, np.zeros(len(owners)))[ids] = value
     return combine(parts, owners, lengths, strategy, normalise)

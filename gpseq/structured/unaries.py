@@ -49,8 +49,7 @@ def local_seed(seed, batch):
                       * tf.constant(0x9E3779B9, tf.uint32))
         return mix32(tf.reduce_sum(words))
     key = mix32(digest(batch["feature_ids"]) + digest(batch["lengths"]) * tf.constant(0x85EBCA6B, tf.uint32))
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
-    return tf.stack([seed[0], tf.bitwise.bitwise_xor(seed[1], tf.bitcast(key, tf.int32))])
+    return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int32), tf.bitcast(key, tf.int32))
 
 
 def global_rows(batch) -> PaddedRows:
