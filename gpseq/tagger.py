@@ -28,6 +28,7 @@ from gpseq.corpora.types import UNLABELLED, Sentence
 from gpseq.errors import ConfigError, GpseqError
 from gpseq.features import Featurizer
 from gpseq.prediction import Predictor
+from gpseq.structured.likelihoods import likelihood_by_name
 from gpseq.tagger_saved import build_model, read_tagger, write_tagger
 from gpseq.tagging import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
 from gpseq.training.batching import UNKNOWN_LABEL_ID, UNLABELLED_ID, SequenceData
@@ -66,7 +67,8 @@ def _decode_resolved(config: TaggerConfig, chosen: str | None) -> TaggerConfig:
 class Tagger:
     """A trained sparse structured GP tagger with its featuriser and label set."""
 
-    def __init__(self, config: TaggerConfig, featurizer: Featurizer, labels: list[str], model, scores=None):
+    def __init__(self, config: TaggerConfig, featurizer: Featurizer, labels: list[str], model, scores=None,
+                 likelihood=None):
         self.config = config
         self.featurizer = featurizer
         self.labels = list(labels)
@@ -75,13 +77,15 @@ class Tagger:
         # training, which needs no TensorFlow: the model is then built on first use
         self._model, self._state = (None, dict(model)) if isinstance(model, dict) else (model, None)
         self.scores = dict(scores or {})
+        self._likelihood = likelihood  # resolved at load (`saved_likelihood`); None: by name, the user's own
         self._predictor = None
 
     @property
     def model(self):
         """The `StructuredGP` (built from the trained arrays on first use)."""
         if self._model is None:
-            self._model = build_model(self.config, self.featurizer.n_features, len(self.labels), self._state)
+            self._model = build_model(self.config, self.featurizer.n_features, len(self.labels), self._state,
+                                      self._likelihood)
             self._state = None
         return self._model
 
@@ -130,6 +134,7 @@ class Tagger:
         training only."""
         config = config or TaggerConfig()
         config.validate()
+        likelihood_by_name(config.model.likelihood)  # the user's plug-in: its import fails here, before any work
         saved_config = config
         if init is not None and config.resolved_method() == "laplace":
             from gpseq.warm_start import warm_config
@@ -400,11 +405,16 @@ class Tagger:
         return write_tagger(directory, self.config, self.featurizer, self.labels, arrays, self.scores)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Tagger":
+    def load(cls, directory: str | os.PathLike, likelihoods: dict[str, Callable] | None = None) -> "Tagger":
         """Load a model directory written by `save` (no training corpus needed).
+
+        A model directory is data: loading imports no code the model names. A model trained with a
+        plug-in likelihood loads when the plug-in's name is registered in this environment
+        (entry-point group `gpseq_likelihoods`) or given in `likelihoods` ({name: function}, the
+        function you trust for it); otherwise a one-line ModelFormatError names the plug-in.
 
         Everything is checked before the model is built: the files against tagger.json's
         manifest (size and sha256, when there is one), the arrays (a missing, empty, truncated
         or non-npz arrays.npz), and the metadata against the arrays and the featurizer (label
         count, num_features, shapes); any mismatch is a one-line ModelFormatError naming the file."""
-        return cls(*read_tagger(directory))  # the model: built on first use
+        return cls(*read_tagger(directory, likelihoods))  # the model: built on first use

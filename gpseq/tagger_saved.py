@@ -19,6 +19,7 @@ from gpseq.features import Featurizer
 from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing_model_dir
 from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_arrays, check_meta_shapes, json_default,
                               read_model_meta)
+from gpseq.structured.likelihoods import saved_likelihood
 
 __all__ = ["build_model", "read_tagger", "write_tagger"]
 
@@ -47,9 +48,10 @@ def write_tagger(directory: str | os.PathLike, config: TaggerConfig, featurizer:
     return directory
 
 
-def read_tagger(directory: str | os.PathLike) -> tuple[TaggerConfig, Featurizer, list[str], dict, dict | None]:
-    """(config, featurizer, labels, arrays, scores) of a model directory, every part checked first
-    (`Tagger.load`)."""
+def read_tagger(directory: str | os.PathLike, likelihoods: dict | None = None) -> tuple:
+    """(config, featurizer, labels, arrays, scores, likelihood) of a model directory, every part
+    checked first (`Tagger.load`); the likelihood resolved by `saved_likelihood` (no import of code the
+    model names; `likelihoods`: the user's {plug-in name: function})."""
     directory = Path(directory)
     meta_path = directory / META_FILE
     meta = read_model_meta(directory)
@@ -62,15 +64,20 @@ def read_tagger(directory: str | os.PathLike) -> tuple[TaggerConfig, Featurizer,
         raise ModelFormatError(f"{meta_path}: no model configuration (key 'config')") from None
     except (ConfigError, TypeError, AttributeError, ValueError) as error:
         raise ModelFormatError(f"{meta_path}: invalid model configuration ({error})") from None
+    try:
+        likelihood = saved_likelihood(config.model.likelihood, likelihoods)
+    except ConfigError as error:
+        raise ModelFormatError(f"{meta_path}: {error}") from None
     check_meta_shapes(meta_path, meta, config.model)
     featurizer = Featurizer.load(directory / "features")
     arrays = read_arrays(directory / "arrays.npz")
     check_arrays(meta_path, directory / "arrays.npz", meta, arrays, featurizer.n_features, config.model)
-    return config, featurizer, meta["labels"], arrays, meta.get("scores")
+    return config, featurizer, meta["labels"], arrays, meta.get("scores"), likelihood
 
 
-def build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays: dict):
-    """The `StructuredGP` of `config` holding `arrays` (`StructuredGP.get_state` names)."""
+def build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays: dict, likelihood=None):
+    """The `StructuredGP` of `config` holding `arrays` (`StructuredGP.get_state` names); `likelihood`
+    the resolved object (None: resolved from the config's name, for a tagger trained here)."""
     from gpseq import _tensorflow
 
     tf = _tensorflow.load()
@@ -79,6 +86,6 @@ def build_model(config: TaggerConfig, num_features: int, num_labels: int, arrays
 
     dtype = tf.float32 if config.dtype == "float32" else tf.float64
     model = build_structured_gp(config.model, num_features, num_labels, StructuredGP.inducing_from_state(arrays),
-                                dtype)
+                                dtype, likelihood=likelihood)
     model.set_state(arrays)
     return model

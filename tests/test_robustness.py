@@ -120,6 +120,30 @@ def test_tag_refuses_output_that_is_the_input(model, notes, tmp_path):
     assert snapshot(tmp_path) == before  # notes.txt intact, no temporary left
 
 
+@pytest.mark.parametrize("command", ["tag", "select"])
+@pytest.mark.parametrize("alias", ["same", "symlink"])
+def test_output_that_is_the_file_standard_input_reads_is_refused(model, notes, tmp_path, command, alias):
+    """`gpseq tag MODEL - -o f < f`: standard input is compared with the output by device and inode
+    (a real process, its stdin the file itself); a pipe on stdin is never refused."""
+    target = notes if alias == "same" else tmp_path / "link.txt"
+    if alias == "symlink":
+        target.symlink_to(notes)
+    before = snapshot(tmp_path)
+    args = [command, str(model), "-", "-o", str(target)] + (["-n", "1"] if command == "select" else [])
+    with open(notes, "rb") as stdin:
+        result = subprocess.run([sys.executable, "-m", "gpseq", *args], stdin=stdin, capture_output=True, text=True,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {target}: is the file standard input reads"), lines
+    assert snapshot(tmp_path) == before
+    piped = subprocess.run([sys.executable, "-m", "gpseq", "tag", str(model), "-", "-o", str(tmp_path / "out.conll")],
+                           input=notes.read_text(), capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert piped.returncode == 0, piped.stderr
+    assert "committee" in (tmp_path / "out.conll").read_text()
+
+
 @pytest.mark.parametrize("link", ["symlink", "hardlink", "dotted"])
 def test_tag_refuses_output_that_is_the_input_by_another_name(model, notes, tmp_path, link):
     if link == "symlink":

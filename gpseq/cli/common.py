@@ -55,6 +55,11 @@ CorpusFormat = Annotated[str, typer.Option(
                      "(UPOS labels), jsonl (tokens, labels) or auto (by suffix: .conllu, .jsonl; conll "
                      "otherwise).")]
 ModelDir = Annotated[Path, typer.Argument(help="Model directory written by gpseq train.", show_default=False)]
+AllowPlugin = Annotated[list[str], typer.Option(
+    "--allow-plugin", metavar="NAME",
+    help="Let a model trained with the plug-in likelihood NAME (package.module:function) load it: loading "
+         "a model never imports code it names unless you allow it here or register it (entry-point group "
+         "gpseq_likelihoods). Repeatable.")]
 state = {"verbose": False}
 
 
@@ -157,10 +162,12 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def load_tagger(model_dir: Path):
+def load_tagger(model_dir: Path, allow_plugins: list[str] | None = None):
     if not model_dir.exists():
         raise InputFormatError(model_dir, None, "no such model directory")
-    return tagger_module().Tagger.load(model_dir)
+    from gpseq.structured.likelihoods import allowed_likelihoods
+
+    return tagger_module().Tagger.load(model_dir, likelihoods=allowed_likelihoods(allow_plugins))
 
 
 def read_labelled(path: Path, format: str, token_column: int, label_column: int, encoding: str):

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import (EXIT_CODES, CorpusFormat, ModelDir, Verbose, app, check_label_not_a_feature, command,
+from gpseq.cli.common import (EXIT_CODES, AllowPlugin, CorpusFormat, ModelDir, Verbose, app, check_label_not_a_feature, command,
                               load_tagger, read_labelled, stdout)
 from gpseq.cli.outputs import check_plot_outputs
 from gpseq.model_meta import json_default
@@ -91,6 +91,7 @@ def evaluate(
     format_: CorpusFormat = "auto",
     target_error: Annotated[Optional[float], typer.Option(help="Report the abstention threshold P (for gpseq tag --abstain-below P) with the largest coverage whose kept tokens, and separately spans, err at most this often on this corpus (use a dev set).", metavar="E")] = None,
     decode: Annotated[Optional[str], typer.Option(help="viterbi, max-marginal or span-f1 (default: the model's).")] = None,
+    allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
     """Evaluate a model on a labelled corpus: token error, chunk P/R/F1, NLL, ECE, Brier, entity-level
@@ -115,7 +116,7 @@ def evaluate(
     if not any(sentence.fully_labelled for sentence in sentences):
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
                                              "evaluate against")
-    tagger = load_tagger(model_dir)
+    tagger = load_tagger(model_dir, allow_plugin)
     check_label_not_a_feature(tagger.featurizer.config, corpus, format_, label_column, sentences)
     report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,
                              target_error=target_error)

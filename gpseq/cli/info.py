@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, stdout
+from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, stdout
 from gpseq.model_meta import json_default, n_parameters, read_model_meta
 
 
@@ -53,12 +53,13 @@ def model_info(model_dir: Path, tagger) -> dict:
 def info(
     model_dir: ModelDir,
     json_: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
     """Describe a model: labels, features, sizes, training configuration, format version, scores."""
     from rich.table import Table
 
-    tagger = load_tagger(model_dir)
+    tagger = load_tagger(model_dir, allow_plugin)
     data = model_info(model_dir, tagger)
     if json_:
         typer.echo(json.dumps(data, indent=2, default=json_default))

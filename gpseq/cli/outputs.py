@@ -27,6 +27,18 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def is_standard_input(path: Path) -> bool:
+    """Whether `path` names what standard input is (the same device and inode; a pipe or terminal
+    on stdin is never a file that `path` can name)."""
+    import sys
+
+    try:
+        given, stdin = os.stat(path), os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file, or no descriptor behind stdin
+        return False
+    return stat.S_ISREG(stdin.st_mode) and (given.st_dev, given.st_ino) == (stdin.st_dev, stdin.st_ino)
+
+
 def check_train_outputs(output: Path, checkpoints: Path) -> None:
     """Before training: `-o` must be absent, empty, or a gpseq model directory holding only the
     files gpseq wrote, in a writable directory; the checkpoint directory must be writable."""
@@ -49,6 +61,9 @@ def check_tag_output(output: Optional[Path], files: list[Path], model_dir: Path,
     for path in files:
         if str(path) != "-" and same_file(output, path):
             raise OutputError(output, f"is the same file as the input {path}; refusing to overwrite an input "
+                                      f"(choose another {option})")
+        if str(path) == "-" and is_standard_input(output):
+            raise OutputError(output, f"is the file standard input reads (-); refusing to overwrite an input "
                                       f"(choose another {option})")
     try:
         inside_model = model_dir.resolve() in output.resolve().parents

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
 from gpseq.cli.outputs import check_tag_output
 from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
 from gpseq.corpora._atomic import replacing
@@ -104,6 +104,7 @@ def select(
     model_version: Annotated[str, typer.Option(help="labelstudio: the predictions' model_version (default: the model directory's name).")] = "",
     from_name: Annotated[str, typer.Option(help="labelstudio: the Labels control's name in the labeling config.")] = "label",
     to_name: Annotated[str, typer.Option(help="labelstudio: the Text object's name in the labeling config.")] = "text",
+    allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
     """Pick the sentences of an unlabelled pool most worth annotating, with the current predictions."""
@@ -128,7 +129,7 @@ def select(
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)
-    tagger = load_tagger(model_dir)
+    tagger = load_tagger(model_dir, allow_plugin)
     check_text_input(tagger, files, input_format)
     scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
     pool = iter_inputs(files, input_format, token_column, encoding, tagger.config.features.lang, text_max_tokens)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, Verbose, app, command, state, stderr
+from gpseq.cli.common import EXIT_CODES, AllowPlugin, Verbose, app, command, state, stderr
 from gpseq.errors import GpseqError
 from gpseq.serve import INSTALL_HINT, missing_extra
 from gpseq.serve.settings import ServeSettings
@@ -75,6 +75,7 @@ def serve(
                                                 show_default=False)] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request (uvicorn's access log).")]
     = False,
+    allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
     """Serve models over HTTP: POST /tag, GET /models, /health, /metrics, /docs."""
@@ -97,4 +98,5 @@ def serve(
                        f"process{'es' if n_workers > 1 else ''}{why} (API documentation: /docs)")
 
     run_service(models, settings, host=host, port=port, workers=default_workers() if workers is None else workers,
-                log_level="debug" if state["verbose"] else "info", access_log=access_log, on_start=started)
+                log_level="debug" if state["verbose"] else "info", access_log=access_log, on_start=started,
+                allow_plugins=allow_plugin or [])

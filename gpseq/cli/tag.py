@@ -11,7 +11,7 @@ from typing import Annotated, Iterable, Iterator, Optional
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
 from gpseq.cli.outputs import check_tag_output
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
 from gpseq.corpora._atomic import replacing
@@ -114,6 +114,7 @@ def tag(
     nbest: Annotated[int, typer.Option(help="Also write the K most probable label sequences with their probabilities.", metavar="K")] = 0,
     span_probs: Annotated[str, typer.Option(help="Span probabilities: exact (P(this exact span), constrained forward-backward) or product (of the token marginals; an approximation).")] = "exact",
     decode: Annotated[Optional[str], typer.Option(help="viterbi, max-marginal or span-f1 (the chunks maximising the expected chunk F1 from the span probabilities); default: the model's.")] = None,
+    allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
     """Tag raw text or CoNLL files: labels with per-token probabilities."""
@@ -143,7 +144,7 @@ def tag(
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)
-    tagger = load_tagger(model_dir)
+    tagger = load_tagger(model_dir, allow_plugin)
     lang = tagger.config.features.lang
     check_text_input(tagger, files, input_format)
     scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None

@@ -167,9 +167,10 @@ def listening_address(config) -> socket.socket:
 
 def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int | None = None, log_level: str = "info", access_log: bool = False,
-          on_start=None) -> None:
+          on_start=None, allow_plugins: list[str] = ()) -> None:
     """Serve `models` (specs `DIR` or `NAME=DIR`) until SIGTERM or Ctrl-C: in this process when
     `workers` is 1, else in `workers` spawned processes (None: `default_workers()`).
+    `allow_plugins`: the plug-in likelihoods the models may use (`Tagger.load`'s `likelihoods`).
     `on_start(workers)` is called once the models are checked, before any worker starts."""
     import uvicorn
 
@@ -182,9 +183,8 @@ def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1"
     if workers == 1:
         from gpseq.serve.app import create_app
         from gpseq.serve.models import load_models
-        from gpseq.tagger import Tagger
 
-        application = create_app(load_models(models, Tagger.load), settings)
+        application = create_app(load_models(models, plugin_loader(allow_plugins)), settings)
         tune_process()
         if on_start is not None:
             on_start(workers)
@@ -199,7 +199,8 @@ def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1"
     from gpseq import _tensorflow
 
     os.environ[WORKER_ENV] = json.dumps({"models": [absolute_spec(spec) for spec in models],
-                                         "settings": asdict(settings), "quiet_tensorflow": _tensorflow.QUIET})
+                                         "settings": asdict(settings), "quiet_tensorflow": _tensorflow.QUIET,
+                                         "allow_plugins": list(allow_plugins)})
     os.environ[METRICS_ENV] = metrics_dir  # inherited by the spawned workers
     try:
         config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, **common)
@@ -216,6 +217,15 @@ def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1"
             else:
                 os.environ[name] = value
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def plugin_loader(allow_plugins):
+    """`Tagger.load` with the plug-in likelihoods the user allowed by name."""
+    from gpseq.structured.likelihoods import allowed_likelihoods
+    from gpseq.tagger import Tagger
+
+    likelihoods = allowed_likelihoods(allow_plugins)
+    return lambda path: Tagger.load(path, likelihoods=likelihoods)
 
 
 def worker_app():
@@ -236,9 +246,8 @@ def worker_app():
         if not os.environ.get(METRICS_ENV):
             raise ConfigError(f"{METRICS_ENV} is not set: the workers would count their metrics apart")
         _tensorflow.QUIET = spec["quiet_tensorflow"]  # as the command's (--verbose)
-        from gpseq.tagger import Tagger
-
-        application = create_app(load_models(spec["models"], Tagger.load), ServeSettings(**spec["settings"]))
+        application = create_app(load_models(spec["models"], plugin_loader(spec.get("allow_plugins", ()))),
+                                 ServeSettings(**spec["settings"]))
     except GpseqError as error:
         logger.error("Process [%d] cannot serve: %s", os.getpid(), error)
         sys.exit(STARTUP_FAILURE)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 from gpseq.errors import ConfigError
 from gpseq.structured.likelihoods import LIKELIHOODS  # noqa: F401  (re-exported: the built-in names)
-from gpseq.structured.likelihoods import check_estimator, likelihood_by_name
+from gpseq.structured.likelihoods import check_estimator, check_likelihood_name
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")
@@ -21,7 +21,8 @@ class ModelConfig:
     kernel: str = "linear"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
     likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood | a plug-in:
     # "package.module:function" or a name registered under the entry-point group gpseq_likelihoods
-    # (`gpseq.structured.likelihoods.likelihood_by_name`; its code must be importable to train or load)
+    # (`gpseq.structured.likelihoods`: the user's own code, imported to train; a saved model's plug-in
+    # must be registered or allowed by the user who loads it)
     estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
     num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
     num_components: int = 1  # K, mixture components of q(u) (seed eq. 13)
@@ -56,7 +57,8 @@ class ModelConfig:
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        check_estimator(likelihood_by_name(self.likelihood), self.estimator)  # imports a plug-in's module
+        check_likelihood_name(self.likelihood)  # the name's form only: validating imports nothing
+        check_estimator(self.likelihood, self.estimator)
         if self.num_components < 1:
             raise ConfigError(f"num_components must be >= 1, got {self.num_components}")
         if self.unary == "gpnet":  # replaces the RBF GP: needs a kernel with one, and has no mixture q(u)

@@ -10,8 +10,12 @@ likelihood plugs in without touching it (seed §1, §5). `likelihood_by_name` ma
 `ModelConfig.likelihood` to an object: a built-in of `LIKELIHOODS`, a user's plain Python/NumPy
 function named `package.module:function`, or a name registered under the entry-point group
 `gpseq_likelihoods` (whose value is such a function); a function becomes a `BlackBoxLikelihood`.
-TensorFlow is imported when a likelihood is evaluated, not with this module, so the
-TensorFlow-free `ModelConfig` resolves its likelihood when it is validated.
+TensorFlow is imported when a likelihood is evaluated, not with this module.
+
+A model directory is data: the name saved in it is resolved by `saved_likelihood`, which imports
+nothing the model names. A plug-in of a saved model comes from the user's side only: a name their
+environment registers under `gpseq_likelihoods`, or a function they pass at load
+(`Tagger.load(dir, likelihoods={name: function})`, `--allow-plugin NAME` on the command line).
 """
 
 from __future__ import annotations
@@ -82,32 +86,73 @@ LIKELIHOODS = {"exact": ExactChain, "pseudo": PiecewisePseudoLikelihood}
 
 
 def likelihood_by_name(name: str):
-    """The likelihood called `name`: a key of LIKELIHOODS, `package.module:function` or a name
-    registered under the entry-point group `gpseq_likelihoods`; a plug-in function is wrapped in a
-    `BlackBoxLikelihood` of that name. A one-line ConfigError when the name is none of these or its
-    code cannot be imported."""
-    entry_point = None
-    if isinstance(name, str):
-        if name in LIKELIHOODS:
-            return LIKELIHOODS[name]()
-        if _FUNCTION_PATH.fullmatch(name):
-            return BlackBoxLikelihood(_import_function(name), name=name)
-        entry_point = _registered(name)
-    if entry_point is None:
-        raise ConfigError(f"likelihood must be {', '.join(LIKELIHOODS)}, a 'package.module:function' or a name "
-                          f"registered under the entry-point group {ENTRY_POINT_GROUP}; got {name!r}")
-    return BlackBoxLikelihood(_import_function(entry_point.value, name), name=name)
+    """The likelihood called `name` by the user: a key of LIKELIHOODS, `package.module:function` or a
+    name registered under the entry-point group `gpseq_likelihoods`; a plug-in function is wrapped in
+    a `BlackBoxLikelihood` of that name. A one-line ConfigError when the name is none of these or its
+    code cannot be imported. Imports the module a function path names: never call it on a name read
+    from a model directory (`saved_likelihood` is for those)."""
+    check_likelihood_name(name)
+    if name in LIKELIHOODS:
+        return LIKELIHOODS[name]()
+    if _FUNCTION_PATH.fullmatch(name):
+        return BlackBoxLikelihood(_import_function(name), name=name)
+    return BlackBoxLikelihood(_import_function(_registered(name).value, name), name=name)
+
+
+def saved_likelihood(name: str, plugins: dict[str, Callable] | None = None):
+    """The likelihood a model directory names, resolved without importing anything the model names:
+    a built-in, a function the user passed in `plugins` ({name: function}), or a name the user's own
+    environment registers under `gpseq_likelihoods`. Anything else (a `package.module:function`
+    written in the model) is a one-line ConfigError that says how to allow it."""
+    check_likelihood_name(name)
+    if name in LIKELIHOODS:
+        return LIKELIHOODS[name]()
+    if plugins and name in plugins:
+        if not callable(plugins[name]):
+            raise ConfigError(f"likelihood {name!r}: the plug-in given for it is not a function")
+        return BlackBoxLikelihood(plugins[name], name=name)
+    if _FUNCTION_PATH.fullmatch(name) or _registered(name) is None:
+        raise ConfigError(f"the model names the plug-in likelihood {name!r}, which this environment does not "
+                          f"register (entry-point group {ENTRY_POINT_GROUP}); loading a model never imports code "
+                          f"it names: if you trust it, pass --allow-plugin {name} (Python: "
+                          f"Tagger.load(directory, likelihoods={{{name!r}: function}}))")
+    return BlackBoxLikelihood(_import_function(_registered(name).value, name), name=name)
+
+
+def allowed_likelihoods(names) -> dict[str, Callable]:
+    """{name: function} of the plug-in likelihoods a user allows by name (`--allow-plugin`): their
+    own choice, so each is imported here (ConfigError if it cannot be)."""
+    return {name: likelihood_by_name(name).function for name in names or () if name not in LIKELIHOODS}
+
+
+def check_likelihood_name(name) -> None:
+    """ConfigError unless `name` has the form of a likelihood name (imports nothing)."""
+    if isinstance(name, str) and (name in LIKELIHOODS or _FUNCTION_PATH.fullmatch(name) or _registered(name)):
+        return
+    raise ConfigError(f"likelihood must be {', '.join(LIKELIHOODS)}, a 'package.module:function' or a name "
+                      f"registered under the entry-point group {ENTRY_POINT_GROUP}; got {name!r}")
+
+
+def is_differentiable(name: str) -> bool:
+    """Whether the likelihood called `name` may be differentiated: only the built-ins (a plug-in is a
+    black box), known from the name alone."""
+    return name in LIKELIHOODS and LIKELIHOODS[name].differentiable
 
 
 def check_estimator(likelihood, estimator: str) -> None:
-    """ConfigError when the pathwise estimator would differentiate a likelihood that cannot be."""
-    if estimator == "pathwise" and not likelihood.differentiable:
-        raise ConfigError(f"likelihood {likelihood.name!r} cannot be differentiated: train it with "
+    """ConfigError when the pathwise estimator would differentiate a likelihood that cannot be
+    (`likelihood`: an object or its name)."""
+    name = likelihood if isinstance(likelihood, str) else likelihood.name
+    differentiable = is_differentiable(name) if isinstance(likelihood, str) else likelihood.differentiable
+    if estimator == "pathwise" and not differentiable:
+        raise ConfigError(f"likelihood {name!r} cannot be differentiated: train it with "
                           'estimator="score" (gpseq train --set model.estimator=score)')
 
 
 def _registered(name: str):
     """The entry point called `name` in the group `gpseq_likelihoods`, or None."""
+    if not isinstance(name, str):
+        return None
     found = [entry for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry.name == name]
     return found[0] if found else None
 
