@@ -71,7 +71,7 @@ def test_window_and_conjunction_features_hand_computed():
     assert matrix.rows.dtype == np.float32
     assert matrix.offsets.tolist() == [0, 3]
     assert PAD_ID not in matrix.rows.indices
-    assert featurizer.feature_names()[PAD_ID] == "<pad>"
+    assert featurizer.feature_names()[PAD_ID] == "<unseen>"
     assert featurizer.n_features == 1 + len(set().union(*active_names(featurizer, matrix)))
 
 
@@ -242,10 +242,15 @@ def test_unseen_features_are_ignored():
     config = get_preset("chunking")
     seen = Featurizer(config).fit(train)
     full = Featurizer(config).fit(train + new)  # knows every feature of `new`
+    rows = seen.transform(new).rows.toarray()
     got = active_names(seen, seen.transform(new))
-    expected = [names & set(seen.feature_names()) for names in active_names(full, full.transform(new))]
-    assert got == expected
-    assert any(len(names) < len(config.templates()) for names in got)  # something was dropped
+    everything = active_names(full, full.transform(new))
+    expected = [names & set(seen.feature_names()) for names in everything]
+    # what the vocabulary lacks is dropped, and counted in column 0 ("<unseen>") as √k
+    dropped = [len(names - set(seen.feature_names())) for names in everything]
+    assert [names - {"<unseen>"} for names in got] == expected
+    np.testing.assert_allclose(rows[:, 0] ** 2, dropped, rtol=1e-5)
+    assert any(dropped)  # something was dropped
 
 
 def test_long_sentence_of_2000_tokens():
@@ -333,12 +338,12 @@ def test_min_count_and_max_features_follow_training_counts():
     counts = np.asarray(full.transform(data).rows.sum(axis=0)).ravel()  # brute-force feature counts
     names = full.feature_names()
     pruned = Featurizer(FeatureConfig(**{**config.to_dict(), "min_count": 3})).fit(data)
-    assert set(pruned.feature_names()) - {"<pad>"} == {names[c] for c in range(1, len(names)) if counts[c] >= 3}
+    assert set(pruned.feature_names()) - {"<unseen>"} == {names[c] for c in range(1, len(names)) if counts[c] >= 3}
     order = np.sort(counts[1:])[::-1]
     k = next(i for i in range(5, len(order)) if order[i - 1] > order[i])  # a cut without ties
     capped = Featurizer(FeatureConfig(**{**config.to_dict(), "max_features": k})).fit(data)
     assert capped.n_features == k + 1
-    assert set(capped.feature_names()) - {"<pad>"} == {names[c] for c in range(1, len(names)) if counts[c] >= order[k - 1]}
+    assert set(capped.feature_names()) - {"<unseen>"} == {names[c] for c in range(1, len(names)) if counts[c] >= order[k - 1]}
 
 
 def test_errors_for_unfitted_missing_column_and_missing_pipeline():

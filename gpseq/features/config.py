@@ -29,6 +29,10 @@ from gpseq.features.templates import (
 )
 
 _DTYPES = ("float32", "float64")
+# The farthest token a feature may read (window, column_window, conjunction and CRF++ offsets):
+# each offset of a window is a template of its own, and a sentence's boundary values grow with it
+MAX_WINDOW = 10
+MAX_FEATURES = 1 << 26  # columns of a vocabulary or hashing_dim: a model holds D × labels weights
 
 
 @dataclass
@@ -62,6 +66,8 @@ class FeatureConfig:
     binary: bool = True
     l2_normalize: bool = False
     dtype: str = "float32"
+    unseen_column: bool = True  # column 0 carries √(number of the token's features the vocabulary
+    # lacks): their weights' prior variance enters the predictive (vocabulary mode, no L2 norm)
 
     def __post_init__(self) -> None:
         self.conjunctions = [tuple((s, int(o)) for s, o in conj) for conj in self.conjunctions]
@@ -73,15 +79,24 @@ class FeatureConfig:
     # ------------------------------------------------------------------ validation, templates
     def validate(self) -> "FeatureConfig":
         """Raise ConfigError on an invalid value; returns self."""
-        for name in ("window", "column_window"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ConfigError(f"features.{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if not isinstance(self.min_count, int) or self.min_count < 1:
+        for name in ("window", "column_window"):  # checked before any template is built
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_WINDOW:
+                raise ConfigError(f"features.{name} must be an integer in [0, {MAX_WINDOW}], got {value!r}")
+        if not isinstance(self.min_count, int) or isinstance(self.min_count, bool) or self.min_count < 1:
             raise ConfigError(f"features.min_count must be an integer >= 1, got {self.min_count!r}")
         for name, low in (("max_features", 1), ("hashing_dim", 2)):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < low):
-                raise ConfigError(f"features.{name} must be None or an integer >= {low}, got {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not low <= value <= MAX_FEATURES):
+                raise ConfigError(f"features.{name} must be None or an integer in [{low}, {MAX_FEATURES:,}], "
+                                  f"got {value!r}")
+        for name in ("bias", "binary", "l2_normalize", "unseen_column"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"features.{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("preset", "lang"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"features.{name} must be a string, got {getattr(self, name)!r}")
         if self.hashing_dim is not None:
             if self.min_count != 1 or self.max_features is not None:
                 raise ConfigError("features.min_count/max_features apply to a vocabulary, not to hashing_dim")
@@ -98,6 +113,9 @@ class FeatureConfig:
         templates = self.templates()
         if not templates:
             raise ConfigError("the feature configuration defines no features")
+        far = max((abs(offset) for template in templates for _, offset in template.parts), default=0)
+        if far > MAX_WINDOW:
+            raise ConfigError(f"features: a template reads {far} tokens away; at most {MAX_WINDOW}")
         return self
 
     def sources(self) -> list:

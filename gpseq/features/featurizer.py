@@ -6,8 +6,14 @@ feature for every token of a batch is then a vectorised mixed-radix key over the
 its parts (shifted by their offsets, boundary ids outside the sentence), looked up in the
 template's vocabulary table (or hashed). Python touches each token only for dictionary lookups.
 
-Column PAD_ID = 0 is never emitted. In vocabulary mode columns are assigned template by
-template, so the active columns of a row come out sorted without a sort.
+In vocabulary mode columns are assigned template by template, so the active columns of a row
+come out sorted without a sort. Column PAD_ID = 0 holds no feature of the vocabulary: with
+`unseen_column` it carries √k for a token k of whose template features the vocabulary lacks (a word
+form, affix or conjunction never seen in fit), so x₀² = k. Its weight never meets data in training,
+so it keeps its prior N(0, σ²): in the weight-space GP's predictive the k unseen features add their
+prior variance k σ² to every label's potential and nothing to its mean, exactly what their own
+weights (absent from the model) would add. In hashing mode, or with L2-normalised rows, column 0
+is never emitted.
 """
 
 from __future__ import annotations
@@ -74,6 +80,11 @@ class Featurizer:
         return self.config.hashing_dim is not None
 
     @property
+    def counts_unseen(self) -> bool:
+        """Whether column 0 carries the count of each token's features the vocabulary lacks."""
+        return self.config.unseen_column and not self.hashing and not self.config.l2_normalize
+
+    @property
     def is_fitted(self) -> bool:
         return self.hashing or self._tables is not None
 
@@ -135,12 +146,12 @@ class Featurizer:
         return self._vectorise(lengths, values)
 
     def feature_names(self) -> list[str]:
-        """Name of every column `[D]`: "<pad>" for column 0, else the feature string."""
+        """Name of every column `[D]`: "<unseen>" (or "<pad>") for column 0, else the feature string."""
         self._check_fitted()
         if self.hashing:
             return ["<pad>"] + [f"hash[{i}]" for i in range(1, self.n_features)]
         names = [""] * self.n_features
-        names[PAD_ID] = "<pad>"
+        names[PAD_ID] = "<unseen>" if self.counts_unseen else "<pad>"
         for template, table in zip(self._templates, self._tables):
             parts = self._decode(template, table.keys)
             spaces = [self._spaces[s] for s, _ in template.parts]
@@ -192,7 +203,8 @@ class Featurizer:
         """Read a featurizer written by `save`; a missing, corrupt or newer one → ModelFormatError."""
         meta_path, data = read_featurizer_json(directory)
         try:
-            config = FeatureConfig.from_dict(data["config"])
+            # a featurizer saved before column 0 counted unseen features keeps tagging without it
+            config = FeatureConfig.from_dict({"unseen_column": False, **data["config"]})
         except (ConfigError, KeyError, TypeError) as err:
             raise ModelFormatError(f"{meta_path}: bad feature configuration: {err}") from None
         featurizer = cls(config, nlp=nlp)
@@ -342,12 +354,21 @@ class Featurizer:
                 keys, valid = self._keys(template, values, geometry, cache, n)
                 slots[:, j] = table.lookup(keys, valid)
         active = slots != PAD_ID
+        dtype = np.dtype(self.config.dtype)
+        values = None
+        if self.counts_unseen:  # column 0 first in each row: √(templates without a feature), where any
+            unseen = len(self._templates) - active.sum(axis=1)
+            active = np.concatenate([(unseen > 0)[:, None], active], axis=1)
+            slots = np.concatenate([np.full((n, 1), PAD_ID, dtype=slots.dtype), slots], axis=1)
+            values = np.ones(active.shape, dtype=dtype)
+            values[:, 0] = np.sqrt(unseen)
+            values = values[active]
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(active.sum(axis=1), out=indptr[1:])
         indices = slots[active]
-        dtype = np.dtype(self.config.dtype)
         rows = sp.csr_matrix(
-            (np.ones(len(indices), dtype=dtype), indices, indptr), shape=(n, self._n_features)
+            (np.ones(len(indices), dtype=dtype) if values is None else values, indices, indptr),
+            shape=(n, self._n_features)
         )
         if self.hashing:
             rows.sum_duplicates()  # collisions within a row; also sorts the indices

@@ -344,7 +344,10 @@ class NumpyChainObjective:
                 self.chunks.append(chunk)
         if not self.n_tokens:
             raise ValueError("the corpus objective needs at least one labelled token")
-        self.support = np.unique(np.concatenate(pairs))
+        # column 0 (PAD_ID: the count of a token's features the vocabulary lacks) is never free: its
+        # weight keeps its prior, the predictive's variance for unseen features (`gpseq.features`)
+        support = np.unique(np.concatenate(pairs))
+        self.support = support[support >= V]
         self._scratch = WeightScratch(self.num_features * V, dtype)
         self._sums = None  # [D, V] `dtype`: W's gradient or Fisher, summed over the chunks (`_summed`)
 

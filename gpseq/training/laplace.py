@@ -60,6 +60,9 @@ class LaplaceFit:
     pairwise: np.ndarray  # [V, V]
     pairwise_variance: np.ndarray  # [V, V]
     report: LaplaceReport
+    prior_variance: np.ndarray | None = None  # [D] σ²_g of each feature's group: the posterior variance
+    # of every weight off the support (a (feature, label) pair no training token has, a feature no
+    # training token has); None: those weights are fixed at 0 (a starting point, not a posterior)
 
     @property
     def num_labels(self) -> int:
@@ -71,11 +74,24 @@ class LaplaceFit:
         out[self.support] = values
         return out.reshape(self.num_features, self.num_labels)
 
+    def variance(self, transform=None, dtype=np.float64) -> np.ndarray:
+        """q(W)'s variances `[D, V]` (`transform` applied to each), the prior variance σ²_g off the
+        support: the weight-space GP's posterior for a weight no data constrained is its prior."""
+        transform = transform or (lambda x: x)  # noqa: E731
+        if self.prior_variance is None:
+            return self.dense(transform(self.weight_variance), fill=transform(STRUCTURAL_ZERO_VARIANCE), dtype=dtype)
+        out = np.repeat(transform(np.asarray(self.prior_variance, dtype=np.float64)).astype(dtype), self.num_labels)
+        out[self.support] = transform(self.weight_variance)
+        return out.reshape(self.num_features, self.num_labels)
+
     def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each."""
+        """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each. A
+        weight off the support keeps its prior variance (`variance`): a feature this fit never saw,
+        and column 0 (the count of the features the vocabulary lacks, `gpseq.features.featurizer`),
+        widen a token's potentials by their prior, as the weight-space GP's predictive does."""
         rows = rows.astype(np.float64)
         mean = rows @ self.dense(self.weights) + self.bias
-        return mean, rows.multiply(rows) @ self.dense(self.weight_variance)
+        return mean, rows.multiply(rows) @ self.variance()
 
 
 def fit_laplace(
@@ -175,7 +191,8 @@ def fit_laplace(
     report.prior_variances["<bias>"] = bias_var
     report.free_weights = int(len(support))
     report.nonzero_weights = int(np.count_nonzero(w))
-    return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report)
+    return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report,
+                      prior_variance=group_var[np.asarray(groups, dtype=np.int64)])
 
 
 def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
@@ -220,8 +237,7 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
     cast = np.dtype(dtype).type
     # the [D, V] arrays made in `dtype` at once (values computed in float64 on the support): on a
     # large corpus a float64 copy of each would be the training's peak
-    q_variance = fit.dense(_softplus_inverse(fit.weight_variance), fill=_softplus_inverse(STRUCTURAL_ZERO_VARIANCE),
-                           dtype=cast)
+    q_variance = fit.variance(_softplus_inverse, dtype=cast)
     arrays = {
         "var:label_bias": fit.bias,
         "var:pairwise_mean": fit.pairwise,
