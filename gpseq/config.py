@@ -8,7 +8,15 @@ from dataclasses import asdict, dataclass, field
 from gpseq.errors import ConfigError
 from gpseq.features import FeatureConfig, get_preset
 from gpseq.structured.config import ModelConfig
-from gpseq.training.config import TrainingConfig
+from gpseq.training.config import TrainingConfig, check_number
+
+# Monte Carlo draws of f a prediction may take (`predict_samples`, `gpseq tag --samples`): a batch
+# holds S draws of every token's V potentials (a sentence or window longer than the batch's share
+# is a batch of its own), and the marginals' error shrinks as 1/√S: 1,000 draws are plenty
+MAX_SAMPLES = 1000
+# Label sequences `gpseq tag --nbest` may ask for: k-best Viterbi holds [tokens, V, k] back-pointers
+# and [sentences, V, V·k] candidates per step
+MAX_NBEST = 100
 
 
 @dataclass
@@ -80,6 +88,11 @@ class TaggerConfig:
         return "laplace" if laplace_ok and self.training.strategy == "default" else "svi"
 
     def validate(self) -> None:
+        """ConfigError naming the first setting of a wrong type, out of range or not allowed, checked
+        before any work: the features, the model, the training, and the tagger's own settings."""
+        from gpseq.corpora.schemes import normalise_scheme
+
+        self.features.validate()
         self.model.validate()
         if self.training.method == "laplace" and (self.model.kernel != "linear" or self.model.unary != "shallow"):
             raise ConfigError('training.method "laplace" needs model.kernel "linear" with shallow unaries; '
@@ -94,9 +107,11 @@ class TaggerConfig:
             raise ConfigError(f"dtype must be float32 or float64, got {self.dtype!r}")
         if self.predictive not in ("deterministic", "mc"):
             raise ConfigError(f"predictive must be deterministic or mc, got {self.predictive!r}")
-        if self.predict_samples < 1:
-            raise ConfigError(f"predict_samples must be >= 1, got {self.predict_samples}")
+        check_number("predict_samples", self.predict_samples, low=1, high=MAX_SAMPLES, integer=True)
         check_window(self.predict_max_tokens, self.predict_overlap)
+        if not isinstance(self.tag_scheme, str):
+            raise ConfigError(f"tag_scheme must be iob1, iob2 (bio) or bioes (iobes), got {self.tag_scheme!r}")
+        normalise_scheme(self.tag_scheme)  # ConfigError naming the schemes, before training rather than after
 
 
 

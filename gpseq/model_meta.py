@@ -4,32 +4,52 @@ tagger.json holds the format marker and version, the gpseq version that wrote it
 the configuration (features, model, training), the scores, the array shapes and the "files"
 manifest (size and sha256 of every other file). `Tagger.load`, the spaCy component and
 `gpseq info` read it through `read_model_meta`; `Tagger.load` checks its labels and array shapes
-against the model configuration (`check_meta_shapes`) and then the arrays read
-(`check_arrays`) before building anything.
+against the model configuration and the size limits (`check_meta_shapes`) before anything is
+allocated, and then the arrays read (`check_arrays`: shapes, and values with
+`check_array_values`) before building anything.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
-from gpseq.errors import ModelFormatError
+import numpy as np
+
+from gpseq.errors import ConfigError, ModelFormatError, NumericalError
 from gpseq.saved_format import read_format_json
 
 META_FILE = "tagger.json"
 FORMAT = "gpseq-tagger"
 FORMAT_VERSION = 1
 
+# The most labels a tagger may have: its pairwise potentials and their variances are V × V arrays
+# (training holds several, and V² per sentence), and every token carries V-wide marginals.
+# 10,000 labels make each pairwise array 400 MB in float32; 100,000 asked 74.5 GiB of one.
+MAX_LABELS = 10_000
+# The arrays whose values must be positive (the others are free: pretransformed by softplus)
+_POSITIVE_ARRAYS = ("var:temperature", "var:variance_scale")
+
 
 def read_model_meta(directory: str | os.PathLike) -> dict:
-    """tagger.json of a model directory, checked: present, non-empty, JSON, gpseq's format marker,
-    a format version this gpseq reads. Anything else is a one-line ModelFormatError naming the file."""
+    """tagger.json of a model directory, checked: a regular file (not a link, FIFO or device) of at
+    most MAX_JSON_BYTES, non-empty, JSON nested no deeper than the parser's limit, gpseq's format
+    marker, a format version this gpseq reads. Anything else is a one-line ModelFormatError naming
+    the file."""
+    from gpseq.model_dir import MAX_JSON_BYTES, open_model_file  # (model_dir imports this module)
+
     directory = Path(directory)
     meta_path = directory / META_FILE
-    if not meta_path.is_file():
+    if not os.path.lexists(meta_path) or meta_path.is_dir():
         raise ModelFormatError(f"{directory}: not a gpseq model directory (no {META_FILE})")
-    return read_format_json(meta_path, marker=FORMAT, version_key="format_version", max_version=FORMAT_VERSION,
-                            kind="tagger model")
+    with open_model_file(directory, META_FILE, max_bytes=MAX_JSON_BYTES):
+        pass  # a regular file, not a link, of a size gpseq parses: read next
+    try:
+        return read_format_json(meta_path, marker=FORMAT, version_key="format_version",
+                                max_version=FORMAT_VERSION, kind="tagger model")
+    except RecursionError:  # the JSON parser's nesting limit
+        raise ModelFormatError(f"{meta_path}: unreadable model metadata (nested too deeply)") from None
 
 
 def n_parameters(meta: dict) -> int:
@@ -64,10 +84,32 @@ def _shape(value) -> list[int] | None:
     return None
 
 
+def check_label_count(n_labels: int, source) -> None:
+    """ConfigError naming `source` (a training corpus) when it has more than MAX_LABELS labels."""
+    if n_labels > MAX_LABELS:
+        raise ConfigError(f"{source}: more than {MAX_LABELS:,} distinct labels; a gpseq tagger has at most "
+                          f"{MAX_LABELS:,} (its pairwise potentials are labels × labels arrays)")
+
+
+def largest_array(num_labels: int, num_features: int, model) -> int:
+    """The most numbers any one array of a model of `num_labels` V and `num_features` D can hold
+    (`model`: its `ModelConfig`): the largest of its weights [D, V], pairwise potentials [V, V],
+    inducing inputs (at most M × D non-zeros), q(u)'s Cholesky factors [K, V, M(M+1)/2], the deep
+    unaries' [D, Q] and [Q, M(M+1)/2], and the gpnet unaries' [V, F(F+1)/2] or [F, V]."""
+    V, D = num_labels, num_features
+    M, K, Q, F = model.num_inducing, model.num_components, model.hidden_dims, model.num_random_features
+    triangle = M * (M + 1) // 2
+    gpnet = V * F * (F + 1) // 2 if model.gpnet_full_covariance else V * F
+    return max(V * V, V * D, M * D + M + 1, D * Q, K * V * triangle, K * M * V, max(V, Q) * triangle, M * Q,
+               gpnet, 16)
+
+
 def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
-    """The label list against the array shapes tagger.json records, before anything is read or
-    allocated (a tagger.json with extra labels must not build a [V, V] model first); `model` is
-    the model's `ModelConfig`."""
+    """The label list against the array shapes tagger.json records, and those against the size
+    limits, before anything is read or allocated (a tagger.json with extra labels must not build a
+    [V, V] model first, an array must not hold more than its model's largest array can, all of
+    them together more than `model_dir.MAX_ARRAY_BYTES` in float32); `model` is the model's
+    `ModelConfig`."""
     labels = meta.get("labels")
     if not isinstance(labels, list) or not labels or not all(isinstance(l, str) for l in labels):
         raise ModelFormatError(f"{meta_path}: 'labels' must be a non-empty list of strings")
@@ -103,8 +145,9 @@ def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
         if shapes.get("inducing_inputs/shape") != [2] or shapes.get("inducing_inputs/indptr") is None:
             raise ModelFormatError(f"{meta_path}: the model's inducing inputs are missing from 'arrays'")
         M = shapes["inducing_inputs/indptr"][0] - 1
-        if M < 1:
-            raise ModelFormatError(f"{meta_path}: no inducing inputs (indptr of shape {[M + 1]})")
+        if not 1 <= M <= model.num_inducing:
+            raise ModelFormatError(f"{meta_path}: {max(M, 0)} inducing inputs (indptr of shape {[M + 1]}); the "
+                                   f"model has 1 to num_inducing {model.num_inducing}")
         if model.unary != "deep":
             K = model.num_components
             for name, shape in {"var:inducing/mixture_logits": [K], "var:inducing/q_mu": [K, M, V]}.items():
@@ -116,10 +159,47 @@ def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
             raise ModelFormatError(
                 f"{meta_path}: {D:,} features and hidden_dims {model.hidden_dims}, but the array "
                 f"var:deep/mean_weights has shape {shapes['var:deep/mean_weights']}")
+    if V > MAX_LABELS:
+        raise ModelFormatError(f"{meta_path}: {V:,} labels; gpseq tags with at most {MAX_LABELS:,}")
+    from gpseq.model_dir import MAX_ARRAY_BYTES, MAX_NPZ_MEMBERS
+
+    if len(shapes) > MAX_NPZ_MEMBERS:
+        raise ModelFormatError(f"{meta_path}: {len(shapes):,} arrays; gpseq writes at most {MAX_NPZ_MEMBERS:,}")
+    limit = largest_array(V, D, model)
+    for name, shape in shapes.items():
+        if math.prod(shape) > limit:
+            raise ModelFormatError(f"{meta_path}: the array {name} of shape {shape} holds more numbers than "
+                                   f"any array of a model of {V:,} labels and {D:,} features can ({limit:,})")
+    total = sum(math.prod(shape) for shape in shapes.values())
+    if total * 4 > MAX_ARRAY_BYTES:
+        raise ModelFormatError(f"{meta_path}: its arrays hold {total:,} numbers, more than the "
+                               f"{MAX_ARRAY_BYTES // 4:,} gpseq loads")
+
+
+def check_array_values(path: Path, arrays: dict, *, saving: bool = False) -> None:
+    """Every float array of `arrays` finite (no NaN, no ±inf) and the temperature and variance scale
+    positive: a model that breaks this tags NaN. At load (`check_arrays`) a ModelFormatError naming
+    arrays.npz `path`; with `saving` (`Tagger.save`, `path` the model directory) a NumericalError,
+    and the model is not written."""
+    problem = None
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            problem = f"array {name!r} holds {'NaN' if np.isnan(value).any() else 'infinite values'}"
+            break
+        if name in _POSITIVE_ARRAYS and not (value > 0).all():
+            problem = f"array {name!r} is {value.tolist()}; it must be positive"
+            break
+    if problem is None:
+        return
+    if saving:
+        raise NumericalError(f"{path}: not saved: the model's {problem} (did training diverge?)")
+    raise ModelFormatError(f"{path}: {problem}; the model cannot tag")
 
 
 def check_arrays(meta_path: Path, npz_path: Path, meta: dict, arrays: dict, n_features: int, model) -> None:
-    """The arrays read from arrays.npz against tagger.json's shapes, and num_features against the
+    """The arrays read from arrays.npz against tagger.json's shapes, their values
+    (`check_array_values`), the inducing inputs' sparse structure, and num_features against the
     featurizer's `n_features`; `model` is the model's `ModelConfig`."""
     if meta["num_features"] != n_features:
         raise ModelFormatError(
@@ -137,9 +217,17 @@ def check_arrays(meta_path: Path, npz_path: Path, meta: dict, arrays: dict, n_fe
         if actual[name] != shape:
             raise ModelFormatError(f"{npz_path}: array {name!r} has shape {actual[name]}, "
                                    f"{meta_path.name} records {shape}")
+    check_array_values(npz_path, arrays)
     if model.has_inducing:
         shape = arrays["inducing_inputs/shape"]
-        M = arrays["inducing_inputs/indptr"].shape[0] - 1
+        indptr, indices = arrays["inducing_inputs/indptr"], arrays["inducing_inputs/indices"]
+        M = indptr.shape[0] - 1
         if shape.dtype.kind not in "iu" or [int(d) for d in shape] != [M, n_features]:
             raise ModelFormatError(f"{npz_path}: inducing inputs of shape {shape.tolist()}, expected "
                                    f"[{M}, {n_features}] (inducing points × features)")
+        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu" or indptr[0] != 0 \
+                or (np.diff(indptr) < 0).any() or indptr[-1] != len(indices) \
+                or len(indices) != len(arrays["inducing_inputs/data"]) \
+                or (len(indices) and not 0 <= indices.min() <= indices.max() < n_features):
+            raise ModelFormatError(f"{npz_path}: the inducing inputs' sparse rows (indptr, indices, data) do not "
+                                   f"describe a [{M}, {n_features}] matrix")

@@ -17,8 +17,8 @@ from gpseq.config import TaggerConfig
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.features import Featurizer
 from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing_model_dir
-from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_arrays, check_meta_shapes, json_default,
-                              read_model_meta)
+from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_array_values, check_arrays,
+                              check_meta_shapes, json_default, read_model_meta)
 from gpseq.structured.likelihoods import saved_likelihood
 
 __all__ = ["build_model", "read_tagger", "write_tagger"]
@@ -29,6 +29,7 @@ def write_tagger(directory: str | os.PathLike, config: TaggerConfig, featurizer:
     """The model directory of a tagger (`StructuredGP.get_state` names for `arrays`), written atomically
     through `writing_model_dir` (`Tagger.save`)."""
     directory = Path(directory)
+    check_array_values(directory, arrays, saving=True)  # a model that would tag NaN is never written
     with writing_model_dir(directory) as tmp:
         featurizer.save(tmp / "features")
         np.savez_compressed(tmp / "arrays.npz", **arrays)

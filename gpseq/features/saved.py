@@ -1,20 +1,23 @@
 """A fitted featurizer on disk: `featurizer.json` (format, config, value strings) and, with a
 vocabulary, `vocabulary.npz` (each template's keys and columns; its sha256 recorded in the JSON).
-Each file is written atomically; reading checks the header, the checksum and the arrays."""
+Each file is written atomically; reading checks the header, the checksum and the arrays, and is
+bounded as a model's files are (`gpseq.model_dir.open_model_file`, `read_npz`): regular files
+only, not through a symbolic link (the featurizer directory included), sizes capped, every
+vocabulary table's size checked against featurizer.json's n_features before it is decompressed."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from gpseq.corpora._atomic import write_bytes_atomic
 from gpseq.errors import ModelFormatError
+from gpseq.features.config import MAX_FEATURES
+from gpseq.model_dir import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
 from gpseq.saved_format import read_format_json
 
 FORMAT_NAME = "gpseq.features"
@@ -37,26 +40,49 @@ def write_featurizer(directory: str | Path, data: dict, arrays: dict[str, np.nda
     write_bytes_atomic(directory / META_FILE, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
 
+def _open(directory: str | Path, name: str, max_bytes: int):
+    """`name` in the featurizer directory, opened by `open_model_file` from the directory's parent:
+    the featurizer directory (a model's features/) must not be a symbolic link either."""
+    directory = Path(directory).absolute()
+    if directory.name in ("", "..") or directory.parent == directory:
+        return open_model_file(directory, name, max_bytes=max_bytes)
+    return open_model_file(directory.parent, f"{directory.name}/{name}", max_bytes=max_bytes)
+
+
 def read_featurizer_json(directory: str | Path) -> tuple[Path, dict]:
-    """(path, contents) of featurizer.json, its format marker and version checked."""
+    """(path, contents) of featurizer.json, a regular file of at most MAX_JSON_BYTES, its format
+    marker and version checked."""
     meta_path = Path(directory) / META_FILE
-    return meta_path, read_format_json(meta_path, marker=FORMAT_NAME, version_key="version",
-                                       max_version=FORMAT_VERSION, kind="featurizer")
+    with _open(directory, META_FILE, MAX_JSON_BYTES):
+        pass  # a regular file, not a link, of a size gpseq parses: read next
+    try:
+        return meta_path, read_format_json(meta_path, marker=FORMAT_NAME, version_key="version",
+                                           max_version=FORMAT_VERSION, kind="featurizer")
+    except RecursionError:  # the JSON parser's nesting limit
+        raise ModelFormatError(f"{meta_path}: unreadable model metadata (nested too deeply)") from None
 
 
 def read_vocabulary(directory: str | Path, data: dict) -> dict[str, np.ndarray]:
-    """The arrays of vocabulary.npz, checked against featurizer.json's sha256 (never unpickled)."""
+    """The arrays of vocabulary.npz, checked against featurizer.json's sha256 (never unpickled):
+    the tables `keys_i`, `columns_i` of its templates only, each of at most n_features − 1 entries
+    (checked in the .npy headers, before anything is decompressed), the columns together exactly
+    1 … n_features − 1."""
     npz_path = Path(directory) / VOCABULARY_FILE
-    try:
-        payload = npz_path.read_bytes()
-    except OSError as err:
-        raise ModelFormatError(f"{npz_path}: unreadable ({err})") from None
+    templates, n_features = data.get("templates"), data.get("n_features")
+    if not isinstance(templates, list) or not isinstance(n_features, int) or isinstance(n_features, bool) \
+            or not 1 <= n_features <= MAX_FEATURES:
+        raise ModelFormatError(f"{Path(directory) / META_FILE}: n_features must be an integer in [1, "
+                               f"{MAX_FEATURES:,}] with a list of templates, got {n_features!r}")
+    with _open(directory, VOCABULARY_FILE, MAX_ARRAY_BYTES) as handle:
+        payload = handle.read()
     if hashlib.sha256(payload).hexdigest() != data.get("vocabulary_sha256"):
         raise ModelFormatError(f"{npz_path}: does not match {META_FILE} (checksum)")
-    try:
-        with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-            return {name: arrays[name] for name in arrays.files}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
-        # ValueError includes an object array (a pickle), which is never unpickled
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ModelFormatError(f"{npz_path}: unreadable vocabulary arrays, truncated or corrupt ({detail})") from None
+    names = {f"{table}_{i}" for i in range(len(templates)) for table in ("keys", "columns")}
+    arrays = read_npz(io.BytesIO(payload), npz_path, names=names, max_elements=n_features - 1,
+                      what="vocabulary arrays")
+    columns = [arrays[name] for name in sorted(names) if name.startswith("columns_") and name in arrays]
+    if sum(len(c) for c in columns) != n_features - 1 or any(
+            len(c) and (c.dtype.kind not in "iu" or c.min() < 1 or c.max() >= n_features) for c in columns):
+        raise ModelFormatError(f"{npz_path}: its columns are not 1 to n_features - 1 ({n_features - 1:,}, "
+                               f"{META_FILE})")
+    return arrays

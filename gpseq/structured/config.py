@@ -8,10 +8,17 @@ from dataclasses import asdict, dataclass
 from gpseq.errors import ConfigError
 from gpseq.structured.likelihoods import LIKELIHOODS  # noqa: F401  (re-exported: the built-in names)
 from gpseq.structured.likelihoods import check_estimator, check_likelihood_name
+from gpseq.training.config import check_number
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")
 UNARIES = ("shallow", "deep", "gpnet")
+# The sizes a model may have: q(u) holds K × V Cholesky factors of M(M+1)/2 numbers, the deep
+# unaries [D, Q] weights, the gpnet unaries V × F (or V × F(F+1)/2) numbers
+MAX_INDUCING = 10_000
+MAX_COMPONENTS = 64
+MAX_HIDDEN_DIMS = 4096
+MAX_RANDOM_FEATURES = 65_536
 
 
 @dataclass
@@ -49,6 +56,7 @@ class ModelConfig:
     # better: Adam on the F(F+1)/2 free entries per label fits worse, benchmarks/RESULTS.md)
 
     def validate(self) -> None:
+        """ConfigError naming the first field of a wrong type, out of range or not allowed."""
         for name, value, allowed in (
             ("unary", self.unary, UNARIES),
             ("kernel", self.kernel, KERNELS),
@@ -59,8 +67,16 @@ class ModelConfig:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         check_likelihood_name(self.likelihood)  # the name's form only: validating imports nothing
         check_estimator(self.likelihood, self.estimator)
-        if self.num_components < 1:
-            raise ConfigError(f"num_components must be >= 1, got {self.num_components}")
+        for name in ("full_covariance", "whiten", "learn_prior_variance", "gpnet_full_covariance"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        for name, high in (("num_inducing", MAX_INDUCING), ("num_components", MAX_COMPONENTS),
+                           ("hidden_dims", MAX_HIDDEN_DIMS), ("num_random_features", MAX_RANDOM_FEATURES)):
+            check_number(f"model.{name}", getattr(self, name), low=1, high=high, integer=True)
+        for name in ("prior_variance", "rbf_variance", "rbf_lengthscale", "linear_variance",
+                     "pairwise_prior_variance", "initial_weight_variance"):
+            check_number(f"model.{name}", getattr(self, name), above=0)
+        check_number("model.jitter", self.jitter, low=0)
         if self.unary == "gpnet":  # replaces the RBF GP: needs a kernel with one, and has no mixture q(u)
             if self.kernel not in ("linear+rbf", "paper-rbf"):
                 raise ConfigError(f"gpnet unaries replace the RBF GP: choose kernel 'linear+rbf' or 'paper-rbf', "

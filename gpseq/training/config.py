@@ -3,11 +3,35 @@ the default training (`gpseq.training.laplace`) runs without it."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 from gpseq.errors import ConfigError
 
 STRATEGIES = ("default", "mirrored", "multiworker")  # tf.distribute strategies (`gpseq.training.distribute`)
+SEED_LIMIT = 2**31  # seeds are TensorFlow int32 tensors (stateless random ops) and NumPy generator seeds
+
+
+def check_number(name: str, value, *, low=None, high=None, above=None, below=None, integer: bool = False,
+                 optional: bool = False) -> None:
+    """ConfigError unless `value` is a finite number (an integer with `integer`; never a boolean;
+    None too with `optional`) with low <= value <= high and above < value < below, where given.
+    Every configuration's `validate` checks its numeric fields with it (this module imports nothing
+    of gpseq but its errors, so the feature, model and tagger configurations can)."""
+    if optional and value is None:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, kind) and not isinstance(value, bool) \
+            and (isinstance(value, numbers.Integral) or math.isfinite(value)) \
+            and (low is None or value >= low) and (high is None or value <= high) \
+            and (above is None or value > above) and (below is None or value < below):
+        return
+    bounds = [f"{sign} {bound:,}" for sign, bound in ((">=", low), (">", above), ("<=", high), ("<", below))
+              if bound is not None]
+    what = ("an integer" if integer else "a finite number") + "".join(f" {bound}" for bound in bounds[:1]) \
+        + "".join(f" and {bound}" for bound in bounds[1:])
+    raise ConfigError(f"{name} must be {what}{' or null' if optional else ''}, got {value!r}")
 
 
 @dataclass
@@ -72,37 +96,37 @@ class TrainingConfig:
     # rest (≈0.01; with Monte Carlo chain gradients 0.1 overshoots: such steps would make q(u) invalid and are skipped)
 
     def validate(self) -> None:
+        """ConfigError naming the first field of a wrong type or out of range."""
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
-        if self.devices is not None and self.devices < 1:
-            raise ConfigError(f"devices must be >= 1, got {self.devices}")
-        if self.natgrad_gamma is not None and not 0.0 < self.natgrad_gamma <= 1.0:
-            raise ConfigError(f"natgrad_gamma must be in (0, 1], got {self.natgrad_gamma}")
-        if self.num_samples is not None and self.num_samples < 1:
-            raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.batch_tokens < 1:
-            raise ConfigError(f"batch_tokens must be >= 1, got {self.batch_tokens}")
         if self.method not in ("auto", "laplace", "svi"):
             raise ConfigError(f"method must be auto, laplace or svi, got {self.method!r}")
-        if self.max_iterations < 1 or self.evidence_rounds < 0:
-            raise ConfigError("max_iterations must be >= 1 and evidence_rounds >= 0")
         if self.early_stopping not in ("f1", "nll", "none"):
             raise ConfigError(f"early_stopping must be f1, nll or none, got {self.early_stopping!r}")
-        if not 0.0 <= self.dev_fraction < 1.0:
-            raise ConfigError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
-        if self.dev_max_sentences is not None and (not isinstance(self.dev_max_sentences, int)
-                                                   or self.dev_max_sentences < 1):
-            raise ConfigError(f"dev_max_sentences must be an integer >= 1 or null, got {self.dev_max_sentences!r}")
-        if self.cross_fit_folds == 1 or self.cross_fit_folds < 0 or self.cross_fit_tokens < 0:
-            raise ConfigError("cross_fit_folds must be 0 or >= 2 and cross_fit_tokens >= 0")
-        if any(not isinstance(v, (int, float)) or v <= 0 for v in self.prior_variance_grid or []):
-            raise ConfigError(f"prior_variance_grid must hold positive numbers, got {self.prior_variance_grid}")
-        if any(not isinstance(v, (int, float)) or v <= 0 for v in self.pairwise_variance_grid or []):
-            raise ConfigError(f"pairwise_variance_grid must hold positive numbers, got {self.pairwise_variance_grid}")
-        if any(not isinstance(v, (int, float)) or v < 0 for v in self.l1_grid or []):
-            raise ConfigError(f"l1_grid must hold numbers >= 0, got {self.l1_grid}")
+        for name in ("calibrate", "refit_with_dev", "jit_compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"training.{name} must be true or false, got {getattr(self, name)!r}")
+        for name, low, optional in (("max_iterations", 1, False), ("evidence_rounds", 0, False),
+                                    ("cross_fit_tokens", 0, False), ("batch_size", 1, False),
+                                    ("batch_tokens", 1, False), ("epochs", 0, False), ("max_steps", 0, True),
+                                    ("num_samples", 1, True), ("dev_max_sentences", 1, True), ("patience", 0, False),
+                                    ("eval_every", 1, True), ("checkpoint_every", 0, False),
+                                    ("max_bad_steps", 1, False), ("devices", 1, True)):
+            check_number(f"training.{name}", getattr(self, name), low=low, integer=True, optional=optional)
+        check_number("training.cross_fit_folds", self.cross_fit_folds, low=0, integer=True)
+        if self.cross_fit_folds == 1:
+            raise ConfigError("training.cross_fit_folds must be 0 (none) or >= 2, got 1")
+        check_number("training.seed", self.seed, low=0, high=SEED_LIMIT - 1, integer=True)
+        check_number("training.learning_rate", self.learning_rate, low=0)
+        check_number("training.natgrad_gamma", self.natgrad_gamma, above=0, high=1, optional=True)
+        check_number("training.dev_fraction", self.dev_fraction, low=0, below=1)
+        for name, low, above in (("prior_variance_grid", None, 0), ("pairwise_variance_grid", None, 0),
+                                 ("l1_grid", 0, None)):
+            grid = getattr(self, name)
+            if grid is not None and not isinstance(grid, list):
+                raise ConfigError(f"training.{name} must be a list of numbers, got {grid!r}")
+            for value in grid or []:
+                check_number(f"training.{name} values", value, low=low, above=above)
 
 
 @dataclass
