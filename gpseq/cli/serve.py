@@ -29,7 +29,7 @@ SERVE_EXAMPLES = """[b]Examples[/b]
                  options model, samples, mean, full_distribution, abstain_below,
                  nbest, span_probs, decode (those of gpseq tag); replies with
                  the objects of `gpseq tag --format jsonl`
-  GET  /models   labels, features, scores and version of each model
+  GET  /models   name, labels, features, scores and version of each model
   GET  /health   200 when every model's batch worker runs
   GET  /metrics  Prometheus text
   GET  /docs     OpenAPI documentation
@@ -37,6 +37,14 @@ SERVE_EXAMPLES = """[b]Examples[/b]
 Workers: one process tags on about one core, so by default the command starts
 one worker process per usable CPU (at most 8), each with its own copy of the
 models (each logs its resident memory when ready); /metrics sums them all.
+Workers end with the command, even when it is killed. An address that a
+server listens on already is refused (exit 1).
+
+Timeouts: a request not tagged within --timeout gets 504 and is dropped from
+the work still to do (the prediction call it is in, at most
+--max-batch-tokens tokens, runs to its end). A connection that does not send a
+request's headers within --header-timeout, or its body within --body-timeout,
+gets 408 and is closed.
 
 Needs the serve extra: pip install 'gpseq\\[serve]'. Stop with Ctrl-C or SIGTERM:
 requests in flight are answered first.
@@ -45,7 +53,7 @@ requests in flight are answered first.
 
 
 @app.command(epilog=SERVE_EXAMPLES)
-@command
+@command(signals=False)  # uvicorn's own handlers: a graceful shutdown
 def serve(
     models: Annotated[list[str], typer.Argument(help="Model directories (gpseq train -o); NAME=DIR names one in "
                                                      "requests (default: the directory's name). The first is the "
@@ -54,6 +62,9 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     max_batch_sentences: Annotated[int, typer.Option(help="Sentences of concurrent requests tagged in one "
                                                           "prediction call, at most.")] = DEFAULTS.max_batch_sentences,
+    max_batch_tokens: Annotated[int, typer.Option(help="Tokens of one prediction call, at most (a larger request "
+                                                       "is tagged in pieces; a longer sentence alone).")]
+    = DEFAULTS.max_batch_tokens,
     max_wait_ms: Annotated[float, typer.Option(help="Milliseconds a batch waits for more requests once none is "
                                                     "queued.")] = DEFAULTS.max_wait * 1000,
     max_queue: Annotated[int, typer.Option(help="Requests waiting per model; more get 503.")] = DEFAULTS.max_queue,
@@ -70,6 +81,10 @@ def serve(
     = DEFAULTS.max_sample_tokens,
     timeout: Annotated[float, typer.Option(help="Seconds a request may wait for its tags (504).")]
     = DEFAULTS.request_timeout,
+    header_timeout: Annotated[float, typer.Option(help="Seconds a connection has to send a request's headers "
+                                                       "(408, closed).")] = DEFAULTS.header_timeout,
+    body_timeout: Annotated[float, typer.Option(help="Seconds a request's body may take after its headers "
+                                                     "(408, closed).")] = DEFAULTS.body_timeout,
     workers: Annotated[int | None, typer.Option(help="Worker processes, each with its own copy of the models "
                                                      "[default: one per usable CPU, at most 8].",
                                                 show_default=False)] = None,
@@ -89,8 +104,9 @@ def serve(
     settings = ServeSettings(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                              max_tokens=max_tokens, max_samples=max_samples, max_nbest=max_nbest,
                              max_sample_tokens=max_sample_tokens,
-                             max_batch_sentences=max_batch_sentences, max_wait=max_wait_ms / 1000,
-                             max_queue=max_queue, request_timeout=timeout).validate()
+                             max_batch_sentences=max_batch_sentences, max_batch_tokens=max_batch_tokens,
+                             max_wait=max_wait_ms / 1000, max_queue=max_queue, request_timeout=timeout,
+                             header_timeout=header_timeout, body_timeout=body_timeout).validate()
 
     def started(n_workers: int) -> None:
         why = "" if workers is not None else f" (default: {usable_cpus()} usable CPUs, at most {MAX_DEFAULT_WORKERS})"

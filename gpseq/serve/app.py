@@ -1,9 +1,12 @@
 """The FastAPI application of `gpseq serve`: endpoints, error replies, request guard, lifecycle.
 
 Every error is a JSON object {"error": "<one line>"} with a 4xx/5xx status: 400 malformed JSON or
-invalid UTF-8, 404 unknown model or path, 413 a request over a size limit, 415 not JSON, 422 a
-well-formed request the model cannot take (wrong types, empty text, unknown fields, ...),
-503 queue full or shutting down, 504 not tagged within the request timeout, 500 a bug (logged).
+invalid UTF-8, 404 unknown model or path, 408 a body not received in time, 413 a request over a
+size limit, 415 not JSON, 422 a well-formed request the model cannot take (wrong types, empty
+text, unknown fields, ...), 503 queue full or shutting down, 504 not tagged within the request
+timeout, 500 a bug (logged, its text not sent). The line is the service's own: at most
+`MAX_ERROR_CHARS` characters, quoting at most a few dozen characters of any string of the request
+(`models.shown`), never an exception's text other than a `GpseqError`'s (written for users).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from contextlib import asynccontextmanager
 
@@ -25,7 +29,7 @@ from gpseq import __version__
 from gpseq.errors import ConfigError, GpseqError
 from gpseq.serve.batching import MicroBatcher, QueueFull, Stopped
 from gpseq.serve.metrics import Metrics
-from gpseq.serve.models import RequestError, ServedModel
+from gpseq.serve.models import RequestError, ServedModel, shown
 from gpseq.serve.process import rss_mib
 from gpseq.serve.schemas import ErrorResponse, HealthResponse, ModelsResponse, TagRequest, TagResponse
 from gpseq.serve.settings import ServeSettings
@@ -37,6 +41,7 @@ ENDPOINTS = ("/tag", "/models", "/health", "/metrics", "/docs", "/redoc", "/open
 ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
     (400, "Malformed JSON or invalid UTF-8"),
     (404, "Unknown model"),
+    (408, "Body not received within the body timeout"),
     (413, "Request over a size limit (bytes, characters, sentences, tokens, Monte Carlo draws × tokens)"),
     (415, "Body not JSON"),
     (422, "Wrong types, missing or unknown fields, empty text, input the model cannot take"),
@@ -51,10 +56,26 @@ requests are tagged together in batches (results as if tagged alone). Errors are
 # pydantic model for the rest), so the body's schema is documented here rather than inferred
 TAG_REQUEST_BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": {"$ref": "#/components/schemas/TagRequest"}}}}}
+MAX_ERROR_CHARS = 500  # characters of an error message, whatever built it
+CLOSE = {"Connection": "close"}  # a refusal before the body is read: the rest of it is not read either
 
 
 def error_reply(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
+    line = " ".join(str(message)[:2 * MAX_ERROR_CHARS].split())
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[:MAX_ERROR_CHARS - 1] + "…"
+    return JSONResponse({"error": line}, status_code=status, headers=headers)
+
+
+if sys.version_info >= (3, 11):
+    async def receive_by(receive, deadline: float):
+        """`receive()`, or asyncio.TimeoutError at `deadline` (the event loop's clock)."""
+        async with asyncio.timeout_at(deadline):
+            return await receive()
+else:  # Python 3.10: no asyncio.timeout_at
+    async def receive_by(receive, deadline: float):
+        """`receive()`, or asyncio.TimeoutError at `deadline` (the event loop's clock)."""
+        return await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
 
 
 def require_utf8(value: str, where: str) -> None:
@@ -68,10 +89,12 @@ def require_utf8(value: str, where: str) -> None:
 
 class RequestGuard:
     """ASGI middleware: times and counts every request (metrics); reads a body up to the byte
-    limit (413 beyond, before the application sees it), refuses bodies that are not UTF-8 JSON."""
+    limit (413 beyond, before the application sees it) within `body_timeout` seconds (408, a
+    client sending slowly holds no connection for longer), refuses bodies that are not UTF-8
+    JSON. A refusal before the whole body is read closes the connection."""
 
-    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
-        self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, body_timeout: float = 30.0):
+        self.app, self.metrics, self.max_body_bytes, self.body_timeout = app, metrics, max_body_bytes, body_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -101,27 +124,33 @@ class RequestGuard:
             self.metrics.observe_request(endpoint, scope["method"], status[0], time.perf_counter() - started)
 
     async def _read_body(self, scope, receive):
+        """(body, None), or (None, (status, message, headers)) of the refusal."""
         headers = dict(scope.get("headers") or [])
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if content_type and content_type != b"application/json" and not content_type.endswith(b"+json"):
-            return None, (415, f"Content-Type must be application/json, got {content_type.decode('latin-1')!r}")
+            return None, (415, f"Content-Type must be application/json, got {shown(content_type.decode('latin-1'))}",
+                          CLOSE)
         declared = headers.get(b"content-length")
         if declared is not None:
             try:
                 size = int(declared)
             except ValueError:
-                return None, (400, "invalid Content-Length header")
+                return None, (400, "invalid Content-Length header", CLOSE)
             if size > self.max_body_bytes:
-                return None, (413, f"body of {size:,} bytes; the limit is {self.max_body_bytes:,}")
+                return None, (413, f"body of {size:,} bytes; the limit is {self.max_body_bytes:,}", CLOSE)
         chunks, size = [], 0
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
         while True:
-            message = await receive()
+            try:
+                message = await receive_by(receive, deadline)
+            except asyncio.TimeoutError:
+                return None, (408, f"body not received within {self.body_timeout:g} s (the body timeout)", CLOSE)
             if message["type"] == "http.disconnect":
-                return None, (499, "client disconnected")
+                return None, (499, "client disconnected", None)
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                return None, (413, f"body over {self.max_body_bytes:,} bytes (the limit)")
+                return None, (413, f"body over {self.max_body_bytes:,} bytes (the limit)", CLOSE)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -129,7 +158,8 @@ class RequestGuard:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as error:
-            return None, (400, f"body is not valid UTF-8: byte 0x{body[error.start]:02x} at position {error.start}")
+            return None, (400, f"body is not valid UTF-8: byte 0x{body[error.start]:02x} at position {error.start}",
+                          None)
         return body, None
 
 
@@ -169,8 +199,9 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
                     await run_in_threadpool(served.warm_up)
                 batchers[name] = MicroBatcher(
                     served.tagger, name=name, max_batch_sentences=settings.max_batch_sentences,
-                    max_wait=settings.max_wait, max_queue=settings.max_queue,
-                    on_batch=metrics.batch_observer(name), on_queue=metrics.queue_observer(name)).start()
+                    max_batch_tokens=settings.max_batch_tokens, max_wait=settings.max_wait,
+                    max_queue=settings.max_queue, on_batch=metrics.batch_observer(name),
+                    on_queue=metrics.queue_observer(name)).start()
             # uvicorn's logger: each worker process of `gpseq serve` says what it holds
             logging.getLogger("uvicorn.error").info("Process [%d] serving %s: resident memory %.0f MiB",
                                                     os.getpid(), ", ".join(models), rss_mib())
@@ -183,7 +214,8 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
 
     app = FastAPI(title="gpseq", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.models, app.state.batchers, app.state.metrics = settings, models, batchers, metrics
-    app.add_middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.max_body_bytes,
+                       body_timeout=settings.body_timeout)
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, error: RequestError):
@@ -200,7 +232,7 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
     @app.exception_handler(Exception)
     async def _bug(request: Request, error: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return error_reply(500, f"internal error ({type(error).__name__}: {error})")
+        return error_reply(500, "internal error (logged by the server)")  # its text is for the log only
 
     def openapi() -> dict:
         """FastAPI's OpenAPI document, with the schema of POST /tag's body (`TagRequest`)."""
@@ -226,7 +258,7 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         name = default if body.model is None else body.model
         served = models.get(name)
         if served is None:
-            raise RequestError(404, f"unknown model {name!r}; serving {', '.join(models)}")
+            raise RequestError(404, f"unknown model {shown(name)}; serving {', '.join(models)}")
         if body.samples is not None and body.samples > settings.max_samples:
             raise RequestError(422, f"samples: {body.samples} draws; the limit is {settings.max_samples}")
         if body.nbest > settings.max_nbest:
@@ -277,7 +309,7 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         try:
             content = await asyncio.wait_for(asyncio.wrap_future(future), settings.request_timeout)
         except asyncio.TimeoutError:
-            future.cancel()  # dropped from its batch if not started yet
+            future.cancel()  # abandoned: the batch worker skips it before its next prediction call
             raise RequestError(504, f"not tagged within {settings.request_timeout:g} s (the request timeout)") \
                 from None
         except GpseqError as error:

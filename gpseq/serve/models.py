@@ -16,12 +16,23 @@ from gpseq.errors import ConfigError, InputFormatError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+SHOWN_CHARS = 40  # characters of a request's own string that an error message quotes
+
+
 class RequestError(Exception):
     """A request the service refuses: an HTTP status and a one-line reason."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message
+
+
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
+    """A string of the request quoted for an error message, its first `limit` characters only: a
+    client's string may be of any size, and an error reply must not send it back."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value):,} characters)"
 
 
 @dataclass
@@ -114,8 +125,7 @@ class ServedModel:
         meta = self.meta or {}
         return json_safe({
             "name": self.name,
-            "default": default,
-            "path": None if self.path is None else str(self.path),
+            "default": default,  # no directory: where the server keeps its models is not the client's business
             "labels": list(self.tagger.labels),
             "span_scheme": self.scheme,
             "input": {"text": self.accepts_text, "row_fields": 1 + max(self.columns, default=0),

@@ -11,6 +11,22 @@ address (`ReusePortSocket`), the kernel spreading the connections over the worke
 Ctrl-C to the supervisor reaches every worker, which answers its requests in flight before it
 exits (uvicorn's graceful shutdown, then the batch workers finish their queues).
 
+A supervisor that dies without that (SIGKILL, a crash) takes its workers with it: each worker asks
+the kernel for SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG) and, on every system, a
+thread of its own watches its parent pid (`exit_with_supervisor`), so that no orphaned worker goes
+on serving the port beside a later command's.
+
+One address, one service: SO_REUSEPORT lets any process of the same user bind a port whose sockets
+have it, so a second `gpseq serve` on a served port would start without error and take half of
+its connections. Before binding anything the command claims the address (`claim_address`): a probe
+socket with SO_REUSEADDR and without SO_REUSEPORT must bind it — the kernel refuses that while
+any socket listens on the port (any server, gpseq or not, on that address or a wildcard one), but
+not for the TIME_WAIT connections of an earlier run; and on Linux the command holds an
+abstract Unix socket named after the address for its whole run (the kernel frees it when the
+process dies, however), which refuses a second command started before the first one's workers
+listen. The probe comes first and is closed before the supervisor binds its own socket, which
+does not listen, so the command's own sockets never stand in its way.
+
 Metrics across workers: prometheus-client's multiprocess mode. The supervisor makes a fresh
 directory for the run (`PROMETHEUS_MULTIPROC_DIR`, removed at exit); every worker's counters and
 histograms live in memory-mapped files there, and GET /metrics, whichever worker answers it,
@@ -21,15 +37,20 @@ own registry.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import gc
 import json
 import logging
 import math
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -51,6 +72,8 @@ STARTUP_FAILURE = 3  # a worker's exit status when it cannot start (uvicorn.conf
 # default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
 # with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
 GC_THRESHOLDS = (50_000, 20, 100)
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent (thread) dies
+PARENT_POLL_SECONDS = 0.5  # how often a worker checks that its supervisor is alive
 
 
 def usable_cpus() -> int:
@@ -105,8 +128,9 @@ def tune_process() -> None:
 
 
 def check_model_specs(specs: list[str]) -> None:
-    """The errors `load_models` would raise on the command line, without loading: the supervisor
-    reports them itself rather than through each worker's start-up failure."""
+    """The errors `load_models` would raise on the command line, without loading: the command
+    reports them before it claims the address, and the supervisor rather than each worker's
+    start-up failure."""
     from gpseq.model_meta import read_model_meta
     from gpseq.serve.models import checked_model_spec
 
@@ -148,13 +172,43 @@ def reuse_port_socket(family: int, address: tuple) -> socket.socket:
     return sock
 
 
+def address_family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def claim_address(host: str, port: int) -> socket.socket | None:
+    """Refuse (GpseqError) an address that a server listens on or another `gpseq serve` holds;
+    else the claim (on Linux, a socket to keep open for the whole run; None elsewhere)."""
+    where = f"cannot listen on {host}:{port}"
+    claim = None
+    if sys.platform.startswith("linux"):  # abstract Unix socket names: freed by the kernel when the process dies
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            claim.bind(f"\0gpseq-serve {host}:{port}")
+        except OSError:
+            claim.close()
+            raise GpseqError(f"{where}: another gpseq serve holds this address") from None
+    probe = socket.socket(address_family(host), socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not SO_REUSEPORT: any listener refuses it
+        probe.bind((host, port))
+    except OSError as error:
+        if claim is not None:
+            claim.close()
+        if error.errno == errno.EADDRINUSE:
+            raise GpseqError(f"{where}: the address is in use (a server listens there)") from None
+        raise GpseqError(f"{where}: {error.strerror or error}") from None
+    finally:
+        probe.close()
+    return claim
+
+
 def listening_address(config) -> socket.socket:
     """What the supervisor hands the workers: a `ReusePortSocket` where the system has SO_REUSEPORT,
     else uvicorn's one shared socket."""
     if not hasattr(socket, "SO_REUSEPORT") or config.uds is not None or config.fd is not None:
         return config.bind_socket()
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = ReusePortSocket(family, socket.SOCK_STREAM)
+    sock = ReusePortSocket(address_family(config.host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
@@ -171,15 +225,31 @@ def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1"
     """Serve `models` (specs `DIR` or `NAME=DIR`) until SIGTERM or Ctrl-C: in this process when
     `workers` is 1, else in `workers` spawned processes (None: `default_workers()`).
     `allow_plugins`: the plug-in likelihoods the models may use (`Tagger.load`'s `likelihoods`).
-    `on_start(workers)` is called once the models are checked, before any worker starts."""
-    import uvicorn
-
+    `on_start(workers)` is called once the models are checked, before any worker starts.
+    Refused before anything is loaded: GpseqError for an address that is served already
+    (`claim_address`), the errors of `check_model_specs`."""
     settings = settings.validate()
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
+    check_model_specs(models)
+    claim = claim_address(host, port)
+    try:
+        serve_claimed(models, settings, host, port, workers, log_level, access_log, on_start, allow_plugins)
+    finally:
+        if claim is not None:
+            claim.close()
+
+
+def serve_claimed(models, settings, host, port, workers, log_level, access_log, on_start, allow_plugins) -> None:
+    """`serve`, once the address is claimed."""
+    import uvicorn
+
+    from gpseq.serve.connections import ServeConfig
+
     common = dict(host=host, port=port, log_level=log_level, access_log=access_log, lifespan="on",
-                  timeout_graceful_shutdown=int(math.ceil(settings.request_timeout + 5)))
+                  timeout_graceful_shutdown=int(math.ceil(settings.request_timeout + 5)),
+                  header_timeout=settings.header_timeout)
     if workers == 1:
         from gpseq.serve.app import create_app
         from gpseq.serve.models import load_models
@@ -188,22 +258,27 @@ def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1"
         tune_process()
         if on_start is not None:
             on_start(workers)
-        uvicorn.run(application, **common)
+        server = uvicorn.Server(ServeConfig(application, **common))
+        try:
+            server.run()
+        except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has shut down gracefully
+            pass
+        if not server.started:
+            raise GpseqError("the server did not start (its error is logged above)")
         return
 
     from uvicorn.supervisors import Multiprocess
 
-    check_model_specs(models)
     metrics_dir = tempfile.mkdtemp(prefix="gpseq-serve-metrics-")
     saved = {name: os.environ.get(name) for name in (WORKER_ENV, METRICS_ENV)}
     from gpseq import _tensorflow
 
     os.environ[WORKER_ENV] = json.dumps({"models": [absolute_spec(spec) for spec in models],
                                          "settings": asdict(settings), "quiet_tensorflow": _tensorflow.QUIET,
-                                         "allow_plugins": list(allow_plugins)})
+                                         "allow_plugins": list(allow_plugins), "supervisor": os.getpid()})
     os.environ[METRICS_ENV] = metrics_dir  # inherited by the spawned workers
     try:
-        config = uvicorn.Config(WORKER_APP, factory=True, workers=workers, **common)
+        config = ServeConfig(WORKER_APP, factory=True, workers=workers, **common)
         supervisor = Multiprocess(config, sockets=[listening_address(config)])
         if on_start is not None:
             on_start(workers)
@@ -228,6 +303,34 @@ def plugin_loader(allow_plugins):
     return lambda path: Tagger.load(path, likelihoods=likelihoods)
 
 
+def exit_with_supervisor(supervisor: int, grace: float) -> None:
+    """Have this worker shut down when its supervisor (pid `supervisor`, its parent) dies: SIGTERM
+    from the kernel on Linux, and on every system from a thread that checks the parent pid every
+    `PARENT_POLL_SECONDS` (the parent of an orphan is another process); SIGTERM is uvicorn's
+    graceful shutdown, and a worker still there `grace` seconds later exits outright."""
+    if sys.platform.startswith("linux"):
+        try:
+            # the signal comes when the parent *thread* that forked this process ends: the supervisor
+            # spawns its workers from its main thread, which ends only with it
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl in this C library: the thread below does it
+            pass
+    if os.getppid() != supervisor:  # it died before the request above took effect
+        logging.getLogger("uvicorn.error").error("Process [%d]: the supervisor [%d] is gone", os.getpid(), supervisor)
+        sys.exit(1)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(PARENT_POLL_SECONDS)
+        logging.getLogger("uvicorn.error").info("Process [%d]: the supervisor [%d] is gone, shutting down",
+                                                os.getpid(), supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gpseq-supervisor-watch", daemon=True).start()
+
+
 def worker_app():
     """The application of one spawned worker (uvicorn's factory): the models and settings the
     supervisor put in `GPSEQ_SERVE_WORKER`, metrics in the run's multiprocess directory. A worker
@@ -235,16 +338,17 @@ def worker_app():
     exit, it would start the worker again)."""
     logger = logging.getLogger("uvicorn.error")
     try:
-        from gpseq import _tensorflow
-        from gpseq.serve.app import create_app
-        from gpseq.serve.models import load_models
-
         try:
             spec = json.loads(os.environ[WORKER_ENV])
         except (KeyError, ValueError) as error:
             raise ConfigError(f"{WORKER_ENV} is not set (a worker of `gpseq serve --workers N`)") from error
+        exit_with_supervisor(spec["supervisor"], grace=spec["settings"]["request_timeout"] + 30)  # before the slow part
         if not os.environ.get(METRICS_ENV):
             raise ConfigError(f"{METRICS_ENV} is not set: the workers would count their metrics apart")
+        from gpseq import _tensorflow
+        from gpseq.serve.app import create_app
+        from gpseq.serve.models import load_models
+
         _tensorflow.QUIET = spec["quiet_tensorflow"]  # as the command's (--verbose)
         application = create_app(load_models(spec["models"], plugin_loader(spec.get("allow_plugins", ()))),
                                  ServeSettings(**spec["settings"]))

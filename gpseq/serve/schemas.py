@@ -92,7 +92,6 @@ class ModelInfo(BaseModel):
 
     name: str
     default: bool
-    path: Optional[str]
     labels: list[str]
     span_scheme: Optional[str] = Field(description="Tag scheme of chunk labels (spans are returned), else null.")
     input: dict = Field(description="text: whether raw text is accepted; row_fields: fields a token row needs.")

@@ -13,7 +13,10 @@ class ServeSettings:
 
     A request larger than a limit is refused (413) before it is tagged; requests wait in a
     bounded queue per model (503 when full) and are tagged in batches of at most
-    `max_batch_sentences` sentences, a batch waiting at most `max_wait` seconds for company."""
+    `max_batch_sentences` sentences and `max_batch_tokens` tokens (a larger request in pieces of
+    that size), a batch waiting at most `max_wait` seconds for company. A connection that does not
+    send a request's headers within `header_timeout` seconds, or its body within `body_timeout`
+    seconds of its headers, is answered 408 (an idle one is not answered) and closed."""
 
     max_body_bytes: int = 1_048_576  # request body
     max_chars: int = 100_000  # characters of raw text per request
@@ -26,9 +29,14 @@ class ServeSettings:
     max_sample_tokens: int = 50_000
     max_nbest: int = 20  # label sequences a request may ask for (nbest)
     max_batch_sentences: int = 256  # sentences of one prediction call
+    # tokens of one prediction call (a longer sentence is a call of its own): the work a request that
+    # timed out can still cost, since a call runs to its end and only the calls after it are skipped
+    max_batch_tokens: int = 8_192
     max_wait: float = 0.005  # seconds a batch waits for more requests once the queue is empty
     max_queue: int = 128  # requests waiting for a prediction batch, per model
     request_timeout: float = 30.0  # seconds a request may wait for its tags (then 504)
+    header_timeout: float = 10.0  # seconds a connection has to send a request's headers (then 408, closed)
+    body_timeout: float = 30.0  # seconds a request's body may take to arrive after its headers (then 408, closed)
 
     def validate(self) -> "ServeSettings":
         for item in fields(self):

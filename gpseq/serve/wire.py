@@ -9,7 +9,9 @@ per request with as little Python per token as the format allows:
   which accepts only what `TagRequest` (strict pydantic) accepts and builds the same model; any
   other body (an error, or something unusual: an int for a float, a lone surrogate, an integer
   beyond 64 bits) is decoded by the standard library and validated by `TagRequest`, exactly as
-  FastAPI would, so every error keeps pydantic's reason;
+  FastAPI would, so every error keeps pydantic's reason (an integer literal of more than
+  `MAX_INT_DIGITS` digits is refused as it is read: no field takes one, and Python's own limit on
+  converting longer ones raises an error whose text is not for the client);
 - records: those of `gpseq.writers.sentence_record` (a line of `gpseq tag --format jsonl`), built
   for all the sentences of a request at once (`tag_records`), the probabilities rounded to 6
   decimals as `round(p, 6)` does, by NumPy (`round6`);
@@ -40,6 +42,8 @@ SPAN_PROBS = ("exact", "product")
 DECODERS = (None, "viterbi", "max-marginal", "span-f1")
 STR, LIST = {str}, {list}
 SMALL = 32  # round6: up to this many values, `round` one by one
+MAX_INT_DIGITS = 40  # digits of an integer literal in a body (2**64 has 20)
+MAX_WHERE_CHARS = 80  # characters of a field path in an error message (an unknown field's name is the client's)
 
 
 def dumps(value) -> bytes:
@@ -62,15 +66,25 @@ def parse_tag_request(body: bytes) -> TagRequest:
         if request is not None:
             return request
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_int=bounded_int)
     except json.JSONDecodeError as error:
         raise RequestError(400, f"malformed JSON: {error.msg} at character {error.pos}") from None
     except RecursionError:
         raise RequestError(400, "malformed JSON: nested too deeply") from None
+    except ValueError:  # not JSON's own error: no text of it goes back
+        raise RequestError(400, "malformed JSON") from None
     try:
         return TagRequest.model_validate(value)
     except ValidationError as error:
         raise RequestError(*validation_message(error.errors())) from None
+
+
+def bounded_int(digits: str) -> int:
+    """An integer literal of a body, or RequestError 422 for one of more than `MAX_INT_DIGITS` digits."""
+    count = len(digits) - digits.startswith("-")
+    if count > MAX_INT_DIGITS:
+        raise RequestError(422, f"a number of {count:,} digits; numbers here have at most {MAX_INT_DIGITS}")
+    return int(digits)
 
 
 def validation_message(errors: list[dict]) -> tuple[int, str]:
@@ -89,7 +103,10 @@ def validation_message(errors: list[dict]) -> tuple[int, str]:
     if first.get("type") == "extra_forbidden":
         message = "unknown field"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return 422, f"{'.'.join(path) or 'body'}: {message}{more}"
+    where = ".".join(path) or "body"
+    if len(where) > MAX_WHERE_CHARS:
+        where = f"{where[:MAX_WHERE_CHARS]}… ({len(where):,} characters)"
+    return 422, f"{where}: {message}{more}"
 
 
 def fast_request(value) -> TagRequest | None:
