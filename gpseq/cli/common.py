@@ -7,6 +7,7 @@ error's code (see EXIT_CODES); `--verbose` adds the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import traceback
@@ -103,8 +104,45 @@ def tagger_module():
     return gpseq.tagger
 
 
-def command(function):
-    """Run a command, turning gpseq errors into one stderr line and their exit code."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is so that it unwinds as on Ctrl-C: temporary
+    files are removed and outputs left absent or complete."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt():
+    """SIGTERM and SIGHUP raise `Terminated` while the command runs (the previous handlers are put
+    back after); outside the main thread, where handlers cannot be set, nothing changes. `gpseq
+    serve` installs its own handlers when it starts serving (a graceful shutdown)."""
+    import signal
+
+    def terminate(signum, frame):
+        raise Terminated(signum)
+
+    previous = {}
+    try:
+        for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if signum is not None:
+                previous[signum] = signal.signal(signum, terminate)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def command(function=None, *, signals: bool = True):
+    """Run a command, turning gpseq errors into one stderr line and their exit code; SIGTERM and
+    SIGHUP unwind it as Ctrl-C does (`terminated_as_interrupt`) unless `signals=False` (a command
+    that handles them itself: `@command(signals=False)`)."""
+    if function is None:
+        return functools.partial(command, signals=signals)
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -112,9 +150,13 @@ def command(function):
         state["verbose"] = verbose
         configure_logging(verbose)
         try:
-            return function(*args, **kwargs)
+            with terminated_as_interrupt() if signals else contextlib.nullcontext():
+                return function(*args, **kwargs)
         except typer.Exit:
             raise
+        except Terminated as signal_:
+            typer.echo("error: terminated by a signal; outputs left as they were", err=True)
+            raise typer.Exit(128 + signal_.signum) from None
         except GpseqError as error:
             failure, trace = error, traceback.format_exc()
         except FileNotFoundError as error:  # e.g. an output file in a directory that does not exist
@@ -154,11 +196,14 @@ def _stdout_to_devnull() -> None:
 
 def require_file(path: Path) -> Path:
     """InputFormatError unless `path` is a file (or `-`, stdin), a named pipe or a device (a shell's
-    `<(zcat corpus.gz)`, /dev/stdin: read as a file is, once)."""
-    if str(path) != "-" and not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else None if path.exists() else "no such file"
-        if what is not None:
-            raise InputFormatError(path, None, what)
+    `<(zcat corpus.gz)`, /dev/stdin: read as a file is, once); it names a directory, a symbolic
+    link loop or a missing file as such."""
+    from gpseq.corpora.lines import input_path_problem
+
+    if str(path) != "-":
+        problem = input_path_problem(path)
+        if problem is not None:
+            raise InputFormatError(path, None, problem)
     return path
 
 

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpseq.corpora.types import UNLABELLED, Sentence
-from gpseq.errors import GpseqError
+from gpseq.errors import GpseqError, InputFormatError
+
+# the longest training sentence: one chain's forward–backward runs over all of its tokens at once, and
+# past about 10^5 tokens the training's sums lose the precision they need (a model of NaN); a longer
+# text is cut into sentences (or pieces) first
+MAX_TRAIN_SENTENCE_TOKENS = 65_536
 
 
 @dataclass
@@ -33,12 +38,16 @@ class CorpusScan:
 
 def scan(corpus: Iterable[Sentence]) -> CorpusScan:
     """Count `corpus` and check that every sentence has labels (GpseqError naming the first that
-    has none, or an empty corpus)."""
+    has none, or an empty corpus) and at most `MAX_TRAIN_SENTENCE_TOKENS` tokens (InputFormatError)."""
     sentences = tokens = unlabelled = 0
     partial = None
     for sentence in corpus:
         if sentence.labels is None:
             raise GpseqError(f"{sentence.source}:{sentence.line}: training sentence without labels")
+        if len(sentence) > MAX_TRAIN_SENTENCE_TOKENS:
+            raise InputFormatError(sentence.source, sentence.line,
+                                   f"a training sentence of {len(sentence):,} tokens; at most "
+                                   f"{MAX_TRAIN_SENTENCE_TOKENS:,} train as one chain: split it into sentences")
         sentences += 1
         tokens += len(sentence)
         if UNLABELLED in sentence.labels:
