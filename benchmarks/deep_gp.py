@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -254,6 +255,9 @@ def main() -> None:
     parser.add_argument("--tagger-seed", type=int, default=0, help="training seed of --tagger")
     parser.add_argument("--step-only", action="store_true", help="skip the diabetes set")
     parser.add_argument("--plot-suffix", default="", help="suffix of the step-function PNG name")
+    parser.add_argument("--plot-dir", type=Path, default=None,
+                        help="where the step-function PNG goes (default benchmarks/results/; with --quick the "
+                             "temporary directory)")
     parser.add_argument("--skip-regression", action="store_true", help="only the --tagger section")
     args = parser.parse_args()
     steps = args.steps or (100 if args.quick else 2000)
@@ -273,8 +277,13 @@ def main() -> None:
         X, Y, Xt, Yt = step_data()
         grid = np.linspace(-1.5, 1.5, 150)[:, None]
         res = run_grid(X, Y, Xt, Yt, layers_list, 1, 20, steps, methods, predict_grid=grid)
-        RESULTS.mkdir(exist_ok=True)
-        plot_step(res, X, Y, grid, RESULTS / f"deep_gp_step{args.plot_suffix}.png", layers_list, methods)
+        # a --quick run's picture goes to the temporary directory (or --plot-dir): quick figures never
+        # replace the committed ones
+        plot_dir = args.plot_dir or (Path(tempfile.gettempdir()) if args.quick else RESULTS)
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        plot_path = plot_dir / f"deep_gp_step{args.plot_suffix}.png"
+        plot_step(res, X, Y, grid, plot_path, layers_list, methods)
+        print(f"step-function plot: {plot_path}")
         for (method, L), row in res.items():
             figures[f"step_test_ll_{method}_l{L}"] = row["test_ll"]
             figures[f"step_train_s_{method}_l{L}"] = row["train_s"]
