@@ -5,7 +5,6 @@ for an annotation tool (`gpseq.annotation`)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,7 +13,7 @@ import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
 from gpseq.cli.outputs import check_tag_output
-from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
+from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs, standard_output
 from gpseq.corpora._atomic import replacing
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
@@ -87,7 +86,7 @@ def select(
     model_dir: ModelDir,
     files: Annotated[list[Path], typer.Argument(help="Unlabelled pool files; - reads stdin.", show_default=False)],
     n: Annotated[int, typer.Option("-n", "--n", help="How many sentences to pick.", show_default=False)],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default, or -: standard output).")] = None,
     strategy: Annotated[str, typer.Option(help="bald, entropy, least-confidence, margin or random.")] = "bald",
     format_: Annotated[str, typer.Option("--format", help="conll, jsonl, prodigy or labelstudio.")] = "conll",
     level: Annotated[str, typer.Option(help="bald/entropy over token marginals (token) or label sequences (sequence).")] = "token",
@@ -126,6 +125,10 @@ def select(
         raise ConfigError(f"--max-similarity must be in (0, 1]; got {max_similarity}")
     if chunk_size < 1 or text_max_tokens < 1 or candidates < 1:
         raise ConfigError("--chunk-size, --text-max-tokens and --candidates must be >= 1")
+    if output is not None and str(output) == "-":  # `-o -`: standard output, as for an input `-`
+        output = None
+    if output is None:
+        standard_output()
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)
@@ -142,7 +145,7 @@ def select(
     scanned = bar.bar.tasks[0].completed if bar.bar.tasks else 0
     with contextlib.ExitStack() as stack:
         if output is None:
-            stream = sys.stdout
+            stream = standard_output()
         else:
             target = stack.enter_context(replacing(output))
             stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))

@@ -17,7 +17,7 @@ from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
 from gpseq.corpora._atomic import replacing
 from gpseq.corpora.formats import FORMATS
 from gpseq.corpora.text import TEXT_MAX_TOKENS
-from gpseq.errors import ConfigError
+from gpseq.errors import ConfigError, OutputError
 from gpseq.writers import WRITERS
 
 
@@ -70,6 +70,14 @@ def iter_inputs(files: list[Path], input_format: str, token_column: int, encodin
         yield from iter_corpus(path, input_format, options=options)
 
 
+def standard_output():
+    """`sys.stdout`; OutputError when there is none: a process started with standard output closed
+    (`gpseq tag … >&-`) has no `sys.stdout`, and the output has nowhere to go."""
+    if sys.stdout is None:
+        raise OutputError("<stdout>", "standard output is closed; give -o FILE")
+    return sys.stdout
+
+
 def batches(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
     batch: list[Sentence] = []
     for sentence in sentences:
@@ -105,7 +113,7 @@ def tag(
     full_distribution: Annotated[bool, typer.Option("--full-distribution", help="conll/spacy: add every label's probability per token.")] = False,
     samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive, deterministic unless it says mc).")] = None,
     mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals (probit-scaled potentials, one forward-backward), whatever the model's default.")] = False,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default: stdout).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default, or -: standard output).")] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences read, tagged and written at a time (bounds memory).")] = 256,
     token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
     encoding: Annotated[str, typer.Option(help="Encoding of the input files.")] = "utf-8",
@@ -125,18 +133,27 @@ def tag(
                           f"got {input_format!r}")
     if format_ not in WRITERS:
         raise ConfigError(f"--format must be conll, jsonl or spacy; got {format_!r}")
+    if output is not None and str(output) == "-":  # `-o -`: standard output, as for an input `-`
+        if format_ == "spacy":
+            raise ConfigError("--format spacy writes a binary DocBin, not to standard output: give -o FILE, not -")
+        output = None
     if format_ == "spacy" and output is None:
         raise ConfigError("--format spacy writes a binary DocBin: give -o FILE")
+    if output is None:
+        standard_output()
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
-    if samples is not None and samples < 1:
-        raise ConfigError(f"--samples must be >= 1; got {samples}")
+    from gpseq.config import MAX_NBEST, MAX_SAMPLES
+
+    if samples is not None and not 1 <= samples <= MAX_SAMPLES:
+        raise ConfigError(f"--samples must be in [1, {MAX_SAMPLES:,}] (Monte Carlo draws; memory grows with "
+                          f"them); got {samples:,}")
     if text_max_tokens < 1:
         raise ConfigError(f"--text-max-tokens must be >= 1; got {text_max_tokens}")
     if abstain_below is not None and not 0.0 <= abstain_below <= 1.0:
         raise ConfigError(f"--abstain-below must be a probability in [0, 1]; got {abstain_below}")
-    if nbest < 0:
-        raise ConfigError(f"--nbest must be >= 0; got {nbest}")
+    if not 0 <= nbest <= MAX_NBEST:
+        raise ConfigError(f"--nbest must be in [0, {MAX_NBEST}] (label sequences per sentence); got {nbest:,}")
     if span_probs not in ("exact", "product"):
         raise ConfigError(f"--span-probs must be exact or product; got {span_probs!r}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
@@ -157,7 +174,7 @@ def tag(
             writer = WRITERS[format_](target, lang, full_distribution)
         else:
             if target is None:
-                stream = sys.stdout
+                stream = standard_output()
             else:
                 stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
             writer = WRITERS[format_](stream, full_distribution)

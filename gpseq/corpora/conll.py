@@ -13,15 +13,13 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Union
 
 from gpseq.corpora._atomic import atomic_target
+from gpseq.corpora.lines import Source, numbered_lines, source_name
 from gpseq.corpora.types import Sentence
 from gpseq.errors import InputFormatError
 
-Source = Union[str, os.PathLike, IO, Iterable]
 DOCSTART = "-DOCSTART-"
 _SEPARATORS = re.compile(r"[ \t]+")
 _FORBIDDEN_IN_FIELD = re.compile(r"[ \t\r\n]")
@@ -31,84 +29,6 @@ def split_columns(line: str) -> list[str]:
     """The fields of one line, split on runs of ASCII space/tab only ([] for a blank line)."""
     stripped = line.strip(" \t")
     return _SEPARATORS.split(stripped) if stripped else []
-
-
-def _source_name(source, name: str | None) -> str:
-    if name is not None:
-        return name
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    return str(getattr(source, "name", "<stream>"))
-
-
-def _ascii_compatible(encoding: str) -> bool:
-    try:
-        return "\n \t-#".encode(encoding) == b"\n \t-#"
-    except (LookupError, UnicodeError):
-        return False
-
-
-@contextmanager
-def numbered_lines(source: Source, encoding: str = "utf-8", name: str | None = None):
-    """Yield (name, iterator of (1-based line number, line without its newline)).
-
-    `source` is a path, a binary or text file object, or any iterable of str/bytes lines.
-    Bytes are decoded line by line, so an undecodable byte is reported with its line number.
-    """
-    name = _source_name(source, name)
-    try:
-        codec = codecs.lookup(encoding).name
-    except LookupError:
-        raise InputFormatError(name, None, f"unknown encoding {encoding!r}") from None
-    utf8 = codec in ("utf-8", "utf-8-sig")
-    decode_as = "utf-8" if utf8 else encoding
-
-    def decoded(raw_lines: Iterable) -> Iterator[tuple[int, str]]:
-        for number, raw in enumerate(raw_lines, start=1):
-            if isinstance(raw, bytes):
-                try:
-                    line = raw.decode(decode_as)
-                except UnicodeDecodeError as err:
-                    bad = raw[err.start : err.end]
-                    raise InputFormatError(
-                        name, number, f"bytes {bad!r} at byte {err.start + 1} are not valid {encoding}"
-                    ) from None
-            else:
-                line = raw
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-            if number == 1 and utf8 and line.startswith("\ufeff"):
-                line = line[1:]
-            yield number, line
-
-    def text_mode(handle) -> Iterator[tuple[int, str]]:
-        # Encodings whose newline is not the byte 0x0A (UTF-16/32): decode as a stream.
-        number = 0
-        try:
-            for number, line in decoded(handle):  # noqa: B007
-                yield number, line
-        except UnicodeDecodeError as err:
-            raise InputFormatError(name, number + 1, f"not valid {encoding}: {err.reason}") from None
-
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():  # a named pipe or a device (`<(zcat corpus.gz)`) is read as a file is
-            if path.is_dir():
-                raise InputFormatError(name, None, "is a directory, not a file")
-            if not path.exists():
-                raise InputFormatError(name, None, "no such file")
-        if _ascii_compatible(encoding):
-            with open(path, "rb") as handle:
-                yield name, decoded(handle)
-        else:
-            with open(path, encoding=encoding, newline="") as handle:
-                yield name, text_mode(handle)
-    elif isinstance(source, (str, bytes)):
-        raise TypeError("pass a path, a file object or an iterable of lines, not a bare string")
-    else:
-        yield name, decoded(source)
 
 
 def iter_conll(
@@ -128,7 +48,8 @@ def iter_conll(
     many as the file's first token line. `label_column=None` reads tokens only (unlabelled).
     `-DOCSTART-` lines (first column) are document separators when `docstart`; lines starting
     with `comment_prefix` are skipped. Raises InputFormatError(file, line, problem) for ragged
-    columns, an absent token/label column or undecodable bytes; no token line is dropped.
+    columns, an absent token/label column, undecodable bytes or a line that `numbered_lines`
+    refuses (longer than MAX_LINE_BYTES, a CR inside it, a NUL byte); no token line is dropped.
     """
     if n_columns is not None and n_columns < 1:
         raise ValueError("n_columns must be >= 1")
@@ -270,7 +191,7 @@ def write_conll(
     if separator not in (" ", "\t"):
         raise ValueError("separator must be ' ' or '\\t'")
     if not isinstance(path_or_file, (str, os.PathLike)):
-        name = _source_name(path_or_file, None)
+        name = source_name(path_or_file, None)
         text_file = isinstance(path_or_file, io.TextIOBase) or hasattr(path_or_file, "encoding")
         encoder = _encoder(encoding)
         for number, chunk in enumerate(_format(sentences, name, separator), start=1):

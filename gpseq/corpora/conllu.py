@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpseq.corpora.conll import Source, numbered_lines
+from gpseq.corpora.lines import Source, numbered_lines
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, InputFormatError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from gpseq.corpora.conll import Source, numbered_lines
+from gpseq.corpora.lines import MAX_JSONL_LINE_BYTES, Source, numbered_lines
 from gpseq.corpora.types import UNLABELLED, Sentence
 from gpseq.errors import InputFormatError
 
@@ -24,8 +24,9 @@ def iter_jsonl(source: Source, *, labelled: bool = True, encoding: str = "utf-8"
                name: str | None = None) -> Iterator[Sentence]:
     """Stream the sentences of a JSON Lines corpus (module docstring). Raises
     InputFormatError(file, line, problem) for a line that is not a JSON object, tokens that are
-    not a non-empty list of non-empty strings, or labels that are not one per token."""
-    with numbered_lines(source, encoding, name) as (name, lines):
+    not a non-empty list of non-empty strings, labels that are not one per token, or a line longer
+    than MAX_JSONL_LINE_BYTES."""
+    with numbered_lines(source, encoding, name, max_line_bytes=MAX_JSONL_LINE_BYTES) as (name, lines):
         for number, line in lines:
             if not line.strip():
                 continue

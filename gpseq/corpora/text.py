@@ -11,14 +11,19 @@ square of such a stretch ("((((…" of 16,000 characters: 19 s; of 100,000: abou
 line holding a longer one is tokenised in pieces, cut inside such stretches only, every
 TEXT_MAX_RUN characters (after the last sentence-final punctuation of the window's second half
 when there is one, e.g. 。 in unspaced scripts): a token longer than that is cut into pieces.
+
+Nor is a line ever held whole: it is read in pieces of at most MAX_LINE_BYTES (`numbered_pieces`),
+and a line longer than that is cut at whitespace as its pieces arrive, so memory stays bounded for
+a file without line breaks of any size. A NUL byte is refused (binary data, not text).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from gpseq.corpora.conll import Source, numbered_lines
+from gpseq.corpora.lines import Source, numbered_pieces
 from gpseq.corpora.types import Sentence
 
 TEXT_MAX_CHARS = 100_000
@@ -37,21 +42,28 @@ def blank_nlp(lang: str):
     return nlp
 
 
-def cut_at_whitespace(text: str, limit: int) -> Iterator[tuple[int, str]]:
+def cut_at_whitespace(text: str | Iterable[str], limit: int) -> Iterator[tuple[int, str]]:
     """(offset, piece) of `text` in pieces of at most `limit` characters, each cut at the last
-    whitespace within the limit (a hard cut where `limit` characters hold no whitespace)."""
-    start, n = 0, len(text)
-    while n - start > limit:
-        end = start + limit
-        cut = max(text.rfind(c, start + 1, end + 1) for c in " \t\u3000\u00a0\f\v")
-        if cut <= start:  # no whitespace in the window (e.g. unspaced scripts): a hard cut
-            yield start, text[start:end]
-            start = end
-        else:  # text[cut] is whitespace: it ends this piece
-            yield start, text[start:cut]
-            start = cut + 1
-    if start < n:
-        yield start, text[start:]
+    whitespace within the limit (a hard cut where `limit` characters hold no whitespace).
+
+    `text` may come as consecutive strings (a line read in pieces): the cuts are the same as for
+    their concatenation, and no more than `limit` characters and one string are held at a time."""
+    rest, base = "", 0  # the text not yet cut, and its offset
+    for chunk in [text] if isinstance(text, str) else text:
+        rest += chunk
+        start, n = 0, len(rest)
+        while n - start > limit:
+            end = start + limit
+            cut = max(rest.rfind(c, start + 1, end + 1) for c in " \t\u3000\u00a0\f\v")
+            if cut <= start:  # no whitespace in the window (e.g. unspaced scripts): a hard cut
+                yield base + start, rest[start:end]
+                start = end
+            else:  # rest[cut] is whitespace: it ends this piece
+                yield base + start, rest[start:cut]
+                start = cut + 1
+        rest, base = rest[start:], base + start
+    if rest:
+        yield base, rest
 
 
 def has_long_run(text: str, limit: int) -> bool:
@@ -90,6 +102,20 @@ def split_tokens(n_tokens: int, spaces: list[bool], limit: int) -> list[tuple[in
     return pieces
 
 
+def _lines(pieces: Iterator[tuple[int, str, bool]]) -> Iterator[tuple[int, str, Iterator[str] | None]]:
+    """(line number, text, rest) from `numbered_pieces`: `rest` is None for a line read in one piece,
+    else an iterator of its further pieces, to be exhausted before the next line is asked for."""
+
+    def further() -> Iterator[str]:
+        for _, piece, last in pieces:
+            yield piece
+            if last:
+                return
+
+    for number, piece, last in pieces:
+        yield number, piece, None if last else further()
+
+
 def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None = None,
               max_block_chars: int = TEXT_MAX_CHARS, max_tokens: int = TEXT_MAX_TOKENS,
               max_run: int = TEXT_MAX_RUN) -> Iterator[Sentence]:
@@ -97,7 +123,9 @@ def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None 
     max_block_chars characters per `nlp` call; a longer line is cut at whitespace; a line with more
     than max_run characters without whitespace is tokenised in pieces cut inside those), spaCy
     tokens and sentences; sentences longer than max_tokens tokens are split into pieces of at most
-    max_tokens (at whitespace between tokens). `line` is the line of the sentence's first token."""
+    max_tokens (at whitespace between tokens). `line` is the line of the sentence's first token.
+    Lines are read in pieces of at most MAX_LINE_BYTES (`numbered_pieces`): memory does not grow
+    with a line's length."""
 
     def split(block: list[str], first: int, name: str) -> Iterator[Sentence]:
         text = "\n".join(block)
@@ -119,21 +147,22 @@ def iter_text(source: Source, nlp, *, encoding: str = "utf-8", name: str | None 
                 yield Sentence([t.text for t in tokens[start:end]], source=name, line=first + newlines,
                                spaces=piece)
 
-    with numbered_lines(source, encoding, name) as (name, lines):
+    with numbered_pieces(source, encoding, name) as (name, pieces):
         block: list[str] = []
         first, size = 0, 0
-        for number, line in lines:
-            if not line.strip():
+        for number, line, rest in _lines(pieces):
+            if rest is None and not line.strip():
                 if block:
                     yield from split(block, first, name)
                     block, size = [], 0
                 continue
-            long_run = has_long_run(line, max_run)
-            if block and (size + len(line) + 1 > max_block_chars or long_run):
+            long_run = rest is None and has_long_run(line, max_run)
+            if block and (rest is not None or size + len(line) + 1 > max_block_chars or long_run):
                 yield from split(block, first, name)
                 block, size = [], 0
-            if len(line) > max_block_chars or long_run:  # a long line (e.g. text without line breaks): cut at
-                for _, piece in cut_at_whitespace(line, max_block_chars):  # whitespace, long stretches inside
+            if rest is not None or len(line) > max_block_chars or long_run:  # a long line (e.g. text without
+                text = line if rest is None else itertools.chain([line], rest)  # line breaks): cut at whitespace,
+                for _, piece in cut_at_whitespace(text, max_block_chars):  # long stretches inside
                     for _, part in cut_long_runs(piece, max_run):
                         if part.strip():
                             yield from split([part], number, name)
