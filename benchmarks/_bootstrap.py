@@ -106,6 +106,11 @@ def paired_bootstrap(a: Outcomes, b: Outcomes, names=METRICS, resamples: int = R
     return out
 
 
+def verdict(low: float, high: float, higher_is_better: bool = False) -> str:
+    """"better" / "worse" for A when the 95 % interval [low, high] of A − B excludes 0, else "tie"."""
+    return "tie" if low <= 0.0 <= high else ("better" if (low > 0.0) == higher_is_better else "worse")
+
+
 def calibrated_ece(result: Outcomes, draws: int = 200, seed: int = 0) -> tuple[float, float]:
     """(mean, 95th percentile) of the ECE that a perfectly calibrated system with these confidences
     shows on this many tokens: each token's correctness drawn as Bernoulli(its confidence), `draws`

@@ -92,6 +92,31 @@ def crfsuite_features(featurizer, sentences):
     return out
 
 
+REFERENCE_FEATURES = "reference"  # `_crf_train.py`'s feature_config for `reference_features`
+
+
+def reference_features(sentences):
+    """python-crfsuite input with the features CRFsuite users usually configure (the sklearn-crfsuite
+    tutorial's `word2features` without its POS features): per token a bias, the lower-cased word,
+    istitle / isupper / isdigit, its 3-character prefix and suffix, and the lower-cased words at
+    offsets −2, −1, +1, +2 (`__BOS__` / `__EOS__` past the sentence's ends)."""
+    out = []
+    for sentence in sentences:
+        lower = [word.lower() for word in sentence.tokens]
+        seq = []
+        for t, word in enumerate(sentence.tokens):
+            features = {"bias": 1.0, "word.lower": lower[t], "word.istitle": word.istitle(),
+                        "word.isupper": word.isupper(), "word.isdigit": word.isdigit(), "prefix3": word[:3],
+                        "suffix3": word[-3:]}
+            for offset in (-2, -1, 1, 2):
+                at = t + offset
+                features[f"{offset:+d}:word.lower"] = (lower[at] if 0 <= at < len(lower)
+                                                       else "__BOS__" if at < 0 else "__EOS__")
+            seq.append(features)
+        out.append(seq)
+    return out
+
+
 def crfsuite_marginals(crf, X, labels):
     """Per sentence [T, V] token marginals of a fitted sklearn_crfsuite.CRF in `labels` order
     (labels the CRF does not know get 0, labels of the CRF outside `labels` are dropped)."""

@@ -6,13 +6,16 @@ it, trains and writes the model (and, tempered, fits T on a dev split carved fro
 `versus_crf.py` times this process from its start to its exit, exactly as it times `gpseq train`
 (interpreter start, imports, reading the corpus and writing the model included for both). SPEC:
 train_file, label_column, encoding, feature_config (gpseq's FeatureConfig dict: the gpseq model's
-features), params (CRFsuite's training parameters, python-crfsuite's Trainer: the library
-sklearn-crfsuite wraps, without sklearn's 1 s import), model_path, featurizer_dir, dev_fraction and dev_seed
-(absent: no dev split, no T), result (where to write {temperature, train_sentences, dev_sentences}).
+features; or "reference": `_common.reference_features`, the features CRFsuite users usually
+configure, and no featurizer_dir is written), params (CRFsuite's training parameters,
+python-crfsuite's Trainer: the library sklearn-crfsuite wraps, without sklearn's 1 s import),
+model_path, featurizer_dir, dev_fraction and dev_seed (absent: no dev split, no T), result (where
+to write {temperature, train_sentences, dev_sentences}).
 """
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +23,7 @@ import pycrfsuite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import crfsuite_features, fit_temperature  # noqa: E402
+from _common import REFERENCE_FEATURES, crfsuite_features, fit_temperature, reference_features  # noqa: E402
 from gpseq.corpora import read_conll, train_dev_split  # noqa: E402
 from gpseq.features import FeatureConfig, Featurizer  # noqa: E402
 
@@ -32,9 +35,14 @@ def main(spec_path: str) -> None:
     if spec.get("dev_fraction") is not None:
         train_idx, dev_idx = train_dev_split(len(train), spec["dev_fraction"], seed=spec["dev_seed"])
         dev, train = [train[i] for i in dev_idx], [train[i] for i in train_idx]
-    featurizer = Featurizer(FeatureConfig.from_dict(spec["feature_config"])).fit(train)
+    featurizer = None
+    if spec["feature_config"] == REFERENCE_FEATURES:
+        featurise = reference_features
+    else:
+        featurizer = Featurizer(FeatureConfig.from_dict(spec["feature_config"])).fit(train)
+        featurise = partial(crfsuite_features, featurizer)
     trainer = pycrfsuite.Trainer(verbose=False)
-    for x, sentence in zip(crfsuite_features(featurizer, train), train):
+    for x, sentence in zip(featurise(train), train):
         trainer.append(x, list(sentence.labels))
     trainer.set_params(spec["params"])
     trainer.train(spec["model_path"])
@@ -45,12 +53,13 @@ def main(spec_path: str) -> None:
         labels = tagger.labels()
         index = {label: i for i, label in enumerate(labels)}
         probs = []
-        for x in crfsuite_features(featurizer, dev):
+        for x in featurise(dev):
             tagger.set(x)
             probs.append([[tagger.marginal(label, t) for label in labels] for t in range(len(x))])
         gold = np.array([index.get(label, -1) for s in dev for label in s.labels], dtype=np.int64)
         temperature = fit_temperature(np.concatenate([np.asarray(p) for p in probs], axis=0), gold)
-    featurizer.save(spec["featurizer_dir"])
+    if featurizer is not None:
+        featurizer.save(spec["featurizer_dir"])
     Path(spec["result"]).write_text(json.dumps({"temperature": temperature, "train_sentences": len(train),
                                                 "dev_sentences": len(dev or [])}))
 

@@ -86,6 +86,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +94,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _bootstrap import calibrated_ece, metric, outcomes, paired_bootstrap  # noqa: E402
+from _bootstrap import calibrated_ece, metric, outcomes, paired_bootstrap, verdict  # noqa: E402
 from _common import (  # noqa: E402
     PAPER_SETS,
+    REFERENCE_FEATURES,
     corpora_root,
     crfsuite_features,
     crfsuite_gold_log_probs,
@@ -105,6 +107,7 @@ from _common import (  # noqa: E402
     machine,
     paper_folds,
     paper_pool,
+    reference_features,
     run_meta,
     run_timed,
     temper,
@@ -220,10 +223,11 @@ def test_gpseq(model_dir: Path, test) -> dict:
 
 
 # ---- CRFsuite and CRFsuite + T ----------------------------------------------------------------
-def train_crf(train_file: Path, read_options: dict, feature_config: dict, workdir: Path, name: str,
+def train_crf(train_file: Path, read_options: dict, feature_config: dict | str, workdir: Path, name: str,
               tempered: bool) -> dict:
     """CRFsuite (tempered: on the train part of train_dev_split, T fitted on its dev part) as its own
-    process (`_crf_train.py`), timed from start to exit like `gpseq train`."""
+    process (`_crf_train.py`), timed from start to exit like `gpseq train`; feature_config: gpseq's
+    (a FeatureConfig dict) or `REFERENCE_FEATURES` (`_common.reference_features`)."""
     model_path = workdir / f"{name}.crfsuite"
     featurizer_dir = workdir / f"{name}.features"
     spec = {"train_file": str(train_file), **read_options, "feature_config": feature_config, "params": TRAINER_PARAMS,
@@ -241,7 +245,7 @@ def train_crf(train_file: Path, read_options: dict, feature_config: dict, workdi
                            f"{log_path.read_text(errors='replace')[-3000:]}")
     out = json.loads(Path(spec["result"]).read_text())
     out.update(train_s=train_s, peak_rss_mb=rss, model_path=model_path, featurizer_dir=featurizer_dir,
-               model_mb=model_path.stat().st_size / 2**20)
+               model_mb=model_path.stat().st_size / 2**20, reference_features=feature_config == REFERENCE_FEATURES)
     return out
 
 
@@ -250,17 +254,20 @@ def test_crf(state: dict, test) -> dict:
 
     from gpseq.features import Featurizer
 
-    featurizer = Featurizer.load(state["featurizer_dir"])
+    if state.get("reference_features"):
+        featurise = reference_features
+    else:
+        featurise = partial(crfsuite_features, Featurizer.load(state["featurizer_dir"]))
     crf = sklearn_crfsuite.CRF(model_filename=str(state["model_path"]), **CRF_PARAMS)
     labels = list(crf.classes_)
     n_tokens = sum(len(s) for s in test)
     temperature = state.get("temperature")
     start = time.perf_counter()
-    for x in crfsuite_features(featurizer, test[:8]):  # as gpseq's: first use of the featuriser and model
+    for x in featurise(test[:8]):  # as gpseq's: first use of the featuriser and model
         crf.predict_single(x)
     warmup_s = time.perf_counter() - start
     start = time.perf_counter()
-    X = crfsuite_features(featurizer, test)
+    X = featurise(test)
     predicted = [list(crf.predict_single(x)) for x in X]
     probs = crfsuite_marginals(crf, X, labels)
     if temperature is not None:
@@ -333,10 +340,20 @@ def bootstrap(corpus: str, metrics: dict) -> dict:
                 if reported is not None and not math.isclose(value, reported, rel_tol=1e-6, abs_tol=1e-9):
                     print(f"    note: bootstrap {name} of {system} {value:.6f} vs reported {reported:.6f}", flush=True)
             out[f"{corpus}/gpseq_minus_{peer}/{name}"] = [diff, low, high]
-            higher_is_better = name == "score"
-            verdict = "tie" if low <= 0.0 <= high else ("better" if (low > 0.0) == higher_is_better else "worse")
-            out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict
+            out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict(low, high, higher_is_better=name == "score")
     return out
+
+
+def count_verdicts(results: dict, corpora=None) -> dict:
+    """`significance/count/<metric>_vs_<peer>`: "n better, n tie, n worse" over the verdicts
+    `significance/<corpus>/...` of `corpora` (None: every corpus in `results`)."""
+    verdicts: dict[str, list] = {}
+    for key, value in results.items():
+        parts = key.split("/")
+        if parts[0] == "significance" and parts[1] != "count" and (corpora is None or parts[1] in corpora):
+            verdicts.setdefault(parts[-1], []).append(value)
+    return {f"significance/count/{comparison}": ", ".join(f"{values.count(v)} {v}" for v in ("better", "tie", "worse"))
+            for comparison, values in verdicts.items()}
 
 
 def flatten(corpus: str, metrics: dict, data: dict, command: str) -> dict:
@@ -564,12 +581,7 @@ def main() -> None:
         results["wins/small-scale/nll_below_crfsuite_4_of_4"] = (n_nll == 4) if complete else None
         results["wins/small-scale/error_le_crfsuite_3_of_4"] = (n_err >= 3) if complete else None
 
-    verdicts: dict[str, list] = {}
-    for key, verdict in list(results.items()):
-        if key.startswith("significance/") and not key.startswith("significance/count/"):
-            verdicts.setdefault(key.rsplit("/", 1)[1], []).append(verdict)
-    for comparison, values in verdicts.items():
-        results[f"significance/count/{comparison}"] = ", ".join(f"{values.count(v)} {v}" for v in ("better", "tie", "worse"))
+    results.update(count_verdicts(results))
     results.update(run_meta("versus_crf.py", args.quick, started))
 
     print()
