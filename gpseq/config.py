@@ -74,7 +74,7 @@ class TaggerConfig:
                 training=TrainingConfig(**training),
                 **data,
             )
-        except TypeError as error:
+        except (TypeError, ValueError) as error:  # a missing or unknown field; a value of the wrong kind
             raise ConfigError(f"invalid tagger configuration: {error}") from None
 
     def resolved_method(self) -> str:

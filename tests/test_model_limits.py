@@ -388,6 +388,8 @@ def _invoke_refused(*args, problem: str):
     ("training.learning_rate=Infinity", "training.learning_rate must be a finite number >= 0, got inf"),
     ("features.window=11", f"features.window must be an integer in [0, {MAX_WINDOW}], got 11"),
     ("predict_samples=100000", f"predict_samples must be an integer >= 1 and <= {MAX_SAMPLES:,}"),
+    ("training.seed=" + "9" * 5000, "(5,000 characters) is not a value a configuration holds"),
+    ('features.conjunctions=[[["lower","x"]]]', "invalid tagger configuration: invalid literal for int()"),
 ])
 def test_bad_training_options_are_refused_before_training(corpus, tmp_path, no_work, assignment, problem):
     out = tmp_path / "out"

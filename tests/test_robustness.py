@@ -701,6 +701,22 @@ def test_num_features_not_matching_the_featurizer_is_exit_3(copy, no_model_build
 # ---------------------------------------------------------------------------------------------
 
 
+def test_resume_with_another_learning_rate_is_refused(model, corpus, tmp_path):
+    """The same model but another optimiser setting: the checkpoint's Adam state belongs to the old
+    one, so --resume names the setting and both values instead of carrying on silently."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(model.with_name(model.name + ".ckpt"), ckpt)
+    before = snapshot(tmp_path)
+    result = invoke("train", corpus, "-o", tmp_path / "m2", *TINY, "--set", "training.learning_rate=0.5",
+                    "--checkpoint-dir", ckpt, "--resume")
+    assert result.exit_code == 4, result.stderr
+    line = one_line(result)
+    assert line.startswith(f"error: {ckpt}: the checkpoint was trained with other optimiser settings: "
+                           "training.learning_rate "), line
+    assert "0.5 now" in line
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("recorded", [True, False], ids=["shapes-recorded", "old-checkpoint"])
 def test_resume_from_a_checkpoint_of_another_configuration(model, corpus, tmp_path, recorded):
     ckpt = tmp_path / "ckpt"

@@ -16,6 +16,9 @@ def parse_value(text: str):
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except (ValueError, RecursionError):  # an integer of more digits than Python converts; nesting
+        raise ConfigError(f"--set value {text[:40]!r}{'…' if len(text) > 40 else ''} ({len(text):,} characters) "
+                          "is not a value a configuration holds") from None
 
 
 def apply_override(data: dict, assignment: str) -> None:
@@ -50,6 +53,8 @@ def _config_file(path: Path) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputFormatError(path, error.lineno, f"not valid JSON: {error.msg}") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise InputFormatError(path, None, f"not a configuration: {error}") from None
     except RecursionError:
         raise InputFormatError(path, None, "not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):

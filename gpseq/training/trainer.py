@@ -245,7 +245,15 @@ class Trainer:
         """Writes model + optimisers + state to `checkpoint_dir/checkpoint` (chief only; atomic)."""
         if self.checkpoints is not None:
             self._sync_counter()  # the compiled step counts step_var up; this only repairs a stale value
-            self.checkpoints.save(asdict(self.state), self._best_values)
+            self.checkpoints.save({**asdict(self.state), "optimisation": self._optimisation()}, self._best_values)
+
+    def _optimisation(self) -> dict:
+        """The settings a resumed run must share with its checkpoint (they shape the optimiser's
+        state and the batches; epochs, max_steps and patience may change to train further)."""
+        config = self.config
+        return {name: getattr(config, name) for name in
+                ("learning_rate", "batch_size", "batch_tokens", "num_samples", "seed", "natgrad_gamma")
+                if hasattr(config, name)}
 
     def restore_checkpoint(self) -> bool:
         """Loads the last checkpoint if there is one; returns whether one was found."""
@@ -253,6 +261,15 @@ class Trainer:
         if found is None:
             return False
         state, self._best_values = found
+        saved = state.pop("optimisation", None)
+        if isinstance(saved, dict):  # checkpoints written before it was recorded have none to compare
+            current = self._optimisation()
+            changed = [f"training.{name} {saved.get(name)!r} in the checkpoint, {current[name]!r} now"
+                       for name in current if name in saved and saved[name] != current[name]]
+            if changed:
+                raise ConfigError(f"{self.checkpoints.directory}: the checkpoint was trained with other optimiser "
+                                  f"settings: {'; '.join(changed)}; resume with the same ones, or train without "
+                                  "--resume")
         try:
             self.state = TrainState(**state)
         except TypeError as error:
