@@ -113,3 +113,20 @@ def test_a_saved_model_predicts_with_the_prior_variance_of_unseen_features(tmp_p
     assert np.all(variance[1] >= prior * 0.999)
     new, old = loaded.tag([["the", "zebu", "sat"], ["the", "cat", "sat"]])
     assert np.asarray(new.probabilities)[1].max() < np.asarray(old.probabilities)[1].max()
+
+
+def test_info_shows_the_fitted_variance_scale(tmp_path):
+    """`gpseq info` reports the calibration the training fitted (α and T from tagger.json's scores),
+    and says when α is at its floor."""
+    import json
+
+    from test_cli import invoke
+
+    corpus = tmp_path / "train.conll"
+    corpus.write_text("".join(f"the\tD\n{w}\tN\nsat\tV\n\n" for w in ["cat", "dog", "yak", "zebu"] * 8))
+    result = invoke("train", corpus, "-o", tmp_path / "m", "--features", "ner")
+    assert result.exit_code == 0, result.stderr
+    calibration = json.loads((tmp_path / "m" / "tagger.json").read_text())["scores"]["calibration"]
+    shown = invoke("info", tmp_path / "m").stdout
+    assert f"variance scale α = {calibration['variance_scale']:.3g}" in " ".join(shown.split())
+    assert ("at its floor" in shown) == (calibration["variance_scale"] <= 1.5e-5)

@@ -83,6 +83,12 @@ def info(
         ("prediction", f"{data['predict_samples']} samples, decode {data['decode']}"),
     ]:
         summary.add_row(name, str(value))
+    calibration = scores.get("calibration")
+    if isinstance(calibration, dict) and "variance_scale" in calibration:
+        alpha = float(calibration["variance_scale"])
+        floor = " (at its floor: the posterior's variance does not change the probabilities)" if alpha <= 1.5e-5 else ""
+        summary.add_row("calibration", f"variance scale α = {alpha:.3g}{floor}, temperature T = "
+                                       f"{float(calibration.get('temperature', 1.0)):.3f}")
     for key in ("steps", "best_dev_score", "best_step", "stopped_early", "train_sentences", "dev_sentences"):
         if key in scores:
             value = scores[key]
