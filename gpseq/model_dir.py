@@ -304,6 +304,10 @@ def writing_model_dir(directory: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         apply_umask(tmp)
         replace_model_dir(tmp, directory)
+    except OSError as error:  # a write's error (a full disk, a file-size limit) names no file: this one
+        if error.filename is None:
+            error.filename = str(directory)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

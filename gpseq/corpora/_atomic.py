@@ -46,16 +46,22 @@ def replacing(path: str | os.PathLike):
     """The path to write the file `path` through: a temporary sibling of the file it names (through a
     symlink, its target: the link is kept) renamed onto it at the end (`atomic_target`; an existing
     file keeps its permissions, a failure leaves it untouched). A device or a FIFO (e.g. /dev/null)
-    is written directly: a rename would replace it with a regular file."""
+    is written directly: a rename would replace it with a regular file. An OSError of the writing
+    that names no file (ENOSPC, EFBIG) is given `path` as its file name, for the one-line error."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    if os.path.exists(target) and not os.path.isfile(target):
-        yield target
-        return
-    with atomic_target(target) as temp:
-        if os.path.exists(target):
-            shutil.copymode(target, temp)
-        yield temp
+    try:
+        if os.path.exists(target) and not os.path.isfile(target):
+            yield target
+            return
+        with atomic_target(target) as temp:
+            if os.path.exists(target):
+                shutil.copymode(target, temp)
+            yield temp
+    except OSError as error:  # a write's error (a full disk, a file-size limit) names no file: this one
+        if error.filename is None:
+            error.filename = str(path)
+        raise
 
 
 def temp_dir_beside(target: str | os.PathLike) -> Path:
