@@ -53,6 +53,7 @@ __all__ = ["TASKS", "GpseqComponent", "make_gpseq", "UPOS_FROM_PTB", "token_dist
 
 TASKS = ("auto", "tag", "spans", "ents")
 _MODEL_SUBDIR = "model"
+_MAX_PAYLOAD_FILES = 64  # a model directory holds four files; `from_bytes` refuses a payload of more
 
 
 @Language.factory(
@@ -366,13 +367,20 @@ class GpseqComponent:
 
         from gpseq.tagger import Tagger
 
-        payload = srsly.msgpack_loads(data)
-        if not isinstance(payload, dict) or payload.get("format") != "gpseq-component":
-            raise ModelFormatError(f"gpseq component {self.name!r}: bytes are not a serialised gpseq component")
+        not_ours = ModelFormatError(f"gpseq component {self.name!r}: bytes are not a serialised gpseq component")
+        try:
+            payload = srsly.msgpack_loads(data)
+        except Exception:  # msgpack's errors on arbitrary bytes are of many kinds (ValueError, ExtraData, …)
+            raise not_ours from None
+        files = payload.get("files") if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or payload.get("format") != "gpseq-component" or not isinstance(files, dict) \
+                or len(files) > _MAX_PAYLOAD_FILES or not all(isinstance(name, str) and isinstance(content, bytes)
+                                                              for name, content in files.items()):
+            raise not_ours
         tmp = tempfile.mkdtemp(prefix="gpseq-")
         try:
             root = Path(tmp) / _MODEL_SUBDIR
-            for name, content in payload["files"].items():
+            for name, content in files.items():
                 target = (root / name).resolve()
                 if root.resolve() not in target.parents:
                     raise ModelFormatError(f"gpseq component {self.name!r}: bad file name {name!r} in bytes")

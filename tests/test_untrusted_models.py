@@ -126,3 +126,37 @@ def test_python_m_gpseq_does_not_import_from_the_working_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "shadow-ran").exists()
 
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x00\x01garbage",  # not msgpack
+    b"\x93\x01\x02",  # msgpack, not a map
+    "map-without-files", "files-not-a-map", "file-content-not-bytes", "name-not-a-string", "escaping-name",
+    "too-many-files",
+])
+def test_spacy_component_from_bytes_refuses_malformed_payloads_in_one_line(model, tmp_path, payload):
+    """Bytes handed to the spaCy component (`nlp.from_bytes`) are data: anything but a gpseq
+    component's payload is a one-line ModelFormatError, no traceback of msgpack or KeyError, and no
+    file written outside the component's temporary directory."""
+    spacy = pytest.importorskip("spacy")
+    import srsly
+
+    from gpseq.errors import ModelFormatError
+
+    good = {"format": "gpseq-component", "files": {"tagger.json": b"{}"}}
+    crafted = {
+        "map-without-files": {"format": "gpseq-component"},
+        "files-not-a-map": {**good, "files": [1, 2]},
+        "file-content-not-bytes": {**good, "files": {"tagger.json": 3}},
+        "name-not-a-string": {**good, "files": {7: b"x"}},
+        "escaping-name": {**good, "files": {"../../escaped.txt": b"x"}},
+        "too-many-files": {**good, "files": {f"f{i}": b"x" for i in range(100)}},
+    }
+    data = payload if isinstance(payload, bytes) else srsly.msgpack_dumps(crafted[payload])
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("gpseq", config={"model": str(model)})
+    before = snapshot(tmp_path)
+    with pytest.raises(ModelFormatError) as caught:
+        component.from_bytes(data)
+    assert "\n" not in str(caught.value) and "gpseq component" in str(caught.value)
+    assert snapshot(tmp_path) == before
