@@ -178,15 +178,18 @@ def _check(strategy, level, samples, variance_scale, paths, seed) -> None:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if level not in LEVELS:
         raise ConfigError(f"level must be token or sequence, got {level!r}")
-    if samples is not None and samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples}")
+    from gpseq.config import MAX_SAMPLES
+
+    if samples is not None and not 1 <= samples <= MAX_SAMPLES:
+        raise ConfigError(f"samples must be in [1, {MAX_SAMPLES:,}] (posterior draws; memory grows with them), "
+                          f"got {samples:,}")
     if strategy == "bald" and samples is not None and samples < 2:
         raise ConfigError("bald needs at least 2 posterior samples")
     if not (variance_scale == "calibrated" or (isinstance(variance_scale, (int, float))
                                                and not isinstance(variance_scale, bool) and variance_scale > 0)):
         raise ConfigError(f"variance_scale must be 'calibrated' or a positive number, got {variance_scale!r}")
-    if paths < 1:
-        raise ConfigError(f"paths must be >= 1, got {paths}")
+    if not 1 <= paths <= MAX_SAMPLES:
+        raise ConfigError(f"paths must be in [1, {MAX_SAMPLES:,}], got {paths:,}")
     # the draws' seed is an int32 (2**32 would alias 0) and NumPy's seeds are non-negative
     if not 0 <= seed < 2**31:
         raise ConfigError(f"seed must be in [0, 2**31), got {seed}")

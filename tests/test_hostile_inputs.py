@@ -354,3 +354,33 @@ def test_a_symbolic_link_loop_is_named_as_such(model, tmp_path, command):
     result = gpseq(*args)
     refused(result.returncode, result.stderr, str(loop), "symbolic link loop")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("command", ["info", "evaluate"])
+def test_closed_standard_output_of_a_report_is_one_line(model, tmp_path, command):
+    """`gpseq info|evaluate … >&-`: the report has nowhere to go; one line, exit 2, before any work
+    (before, both exited 0 and the report was lost)."""
+    corpus = tmp_path / "gold.conll"
+    corpus.write_text("The\tO\ncommittee\tO\n\n")
+    args = [command, str(model)] + ([str(corpus)] if command == "evaluate" else [])
+    result = subprocess.run([sys.executable, "-m", "gpseq", *args], stdout=subprocess.DEVNULL, capture_output=False,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                            preexec_fn=lambda: os.close(1), timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == ("error: <stdout>: standard output is closed; the report is "
+                                                      "written there")
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["evaluate", "--samples", "100000"], "--samples must be in [1, 1,000]"),
+    (["evaluate", "--bins", "1000000000"], "--bins must be in [1, 10,000]"),
+    (["select", "--samples", "100000", "-n", "1"], "samples must be in [1, 1,000]"),
+])
+def test_sample_counts_are_capped_before_work(model, tmp_path, args, problem):
+    corpus = tmp_path / "gold.conll"
+    corpus.write_text("The\tO\ncommittee\tO\n\n")
+    command, *options = args
+    result = subprocess.run([sys.executable, "-m", "gpseq", command, str(model), str(corpus), *options],
+                            capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
+    assert result.returncode == 4, result.stderr
+    assert problem in result.stderr.strip().splitlines()[-1]

@@ -99,10 +99,13 @@ def evaluate(
     are left out and counted."""
     from gpseq.errors import ConfigError, InputFormatError
 
-    if bins < 1:
-        raise ConfigError(f"--bins must be >= 1; got {bins}")
-    if samples is not None and samples < 1:
-        raise ConfigError(f"--samples must be >= 1; got {samples}")
+    from gpseq.config import MAX_SAMPLES
+
+    if not 1 <= bins <= 10_000:
+        raise ConfigError(f"--bins must be in [1, 10,000]; got {bins:,}")
+    if samples is not None and not 1 <= samples <= MAX_SAMPLES:
+        raise ConfigError(f"--samples must be in [1, {MAX_SAMPLES:,}] (Monte Carlo draws; memory grows with "
+                          f"them); got {samples:,}")
     if target_error is not None and not 0.0 <= target_error < 1.0:
         raise ConfigError(f"--target-error must be in [0, 1); got {target_error}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
@@ -116,6 +119,9 @@ def evaluate(
     if not any(sentence.fully_labelled for sentence in sentences):
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
                                              "evaluate against")
+    from gpseq.cli.tag import standard_output
+
+    standard_output("the report is written there")  # a closed stdout is an error before any work
     tagger = load_tagger(model_dir, allow_plugin)
     check_label_not_a_feature(tagger.featurizer.config, corpus, format_, label_column, sentences)
     report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,

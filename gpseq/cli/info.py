@@ -59,6 +59,9 @@ def info(
     """Describe a model: labels, features, sizes, training configuration, format version, scores."""
     from rich.table import Table
 
+    from gpseq.cli.tag import standard_output
+
+    standard_output("the report is written there")  # a closed stdout is an error before any work
     tagger = load_tagger(model_dir, allow_plugin)
     data = model_info(model_dir, tagger)
     if json_:

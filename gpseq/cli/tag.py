@@ -70,11 +70,11 @@ def iter_inputs(files: list[Path], input_format: str, token_column: int, encodin
         yield from iter_corpus(path, input_format, options=options)
 
 
-def standard_output():
+def standard_output(hint: str = "give -o FILE"):
     """`sys.stdout`; OutputError when there is none: a process started with standard output closed
-    (`gpseq tag … >&-`) has no `sys.stdout`, and the output has nowhere to go."""
+    (`gpseq tag … >&-`) has no `sys.stdout`, and the output has nowhere to go (`hint`: what to do)."""
     if sys.stdout is None:
-        raise OutputError("<stdout>", "standard output is closed; give -o FILE")
+        raise OutputError("<stdout>", f"standard output is closed; {hint}")
     return sys.stdout
 
 

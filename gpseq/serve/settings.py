@@ -48,4 +48,9 @@ class ServeSettings:
                     raise ConfigError(f"max_wait must be >= 0 seconds, got {value}")
             elif value <= 0:
                 raise ConfigError(f"{item.name} must be > 0, got {value}")
+        from gpseq.config import MAX_NBEST, MAX_SAMPLES
+
+        for name, most in (("max_samples", MAX_SAMPLES), ("max_nbest", MAX_NBEST)):
+            if getattr(self, name) > most:  # what one request may then ask for: gpseq tag's own caps
+                raise ConfigError(f"{name} must be at most {most:,}, got {getattr(self, name):,}")
         return self
