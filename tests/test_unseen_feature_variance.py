@@ -86,7 +86,7 @@ def test_potential_variance_is_the_sum_over_features_with_prior_variance_off_the
     dense = rows.toarray()
     for t in range(dense.shape[0]):
         for v in range(3):
-            expected = sum(x ** 2 * on_support.get(f * 3 + v, sigma2) for f, x in enumerate(dense[t]) if x)
+            expected = sum(float(x) ** 2 * on_support.get(f * 3 + v, sigma2) for f, x in enumerate(dense[t]) if x)
             np.testing.assert_allclose(variance[t, v], expected, rtol=1e-10)
     # 'zebu' in place of 'cat' (seen with N only): N's variance rises from cat's posterior s to σ²; D's
     # and V's were σ² already (pairs off the support)
