@@ -94,7 +94,8 @@ def test_evaluate_refuses_a_non_positive_samples_in_one_line(models, tmp_path, s
     result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--samples", samples])
     assert result.exit_code == 4, result.output
     lines = result.output.strip().splitlines()
-    assert lines == [f"error: --samples must be >= 1; got {samples}"]
+    assert lines == [f"error: --samples must be in [1, 1,000] (Monte Carlo draws; memory grows with them); "
+                     f"got {samples}"]
     assert corpus.read_bytes() == before
 
 
@@ -109,7 +110,7 @@ def test_evaluate_refuses_bins_below_one_before_tagging(models, tmp_path):
     corpus.write_text("The DT B-NP\ncat NN I-NP\n\n", encoding="utf-8")
     result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--bins", "0"])
     assert result.exit_code == 4, result.output
-    assert result.output.strip().splitlines() == ["error: --bins must be >= 1; got 0"]
+    assert result.output.strip().splitlines() == ["error: --bins must be in [1, 10,000]; got 0"]
 
 
 def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
