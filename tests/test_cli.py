@@ -757,3 +757,15 @@ def test_tag_into_a_closed_pipe_stops_quietly(trained, tmp_path):
     assert first.strip()
     assert code == 141, stderr
     assert not re.search(r"^error:|Broken pipe|Traceback", stderr, re.MULTILINE), stderr
+
+
+def test_default_training_reports_its_objective_by_name(tmp_path):
+    """The default fit maximises a log posterior by L-BFGS: its progress and summary say so, not
+    "ELBO" and "steps" (which name SVI's objective and Adam steps)."""
+    corpus = tmp_path / "train.conll"
+    corpus.write_text("".join(f"the\tD\n{w}\tN\nsat\tV\n\n" for w in ["cat", "dog", "yak", "zebu"] * 8))
+    result = invoke("train", corpus, "-o", tmp_path / "m", "--features", "ner")
+    assert result.exit_code == 0, result.stderr
+    progress, summary = " ".join(result.stderr.split()), " ".join(result.stdout.split())
+    assert "log posterior/token" in progress and "L-BFGS iterations" in summary
+    assert "ELBO" not in progress + summary

@@ -40,9 +40,12 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
 
 
 class TrainProgress:
-    """A rich progress bar fed by the trainer's Progress callbacks (ETA, running ELBO, dev score)."""
+    """A rich progress bar fed by the trainer's Progress callbacks (ETA, the running objective per
+    token, dev score). `objective` names what the training maximises: the ELBO for SVI, the log
+    posterior (log likelihood + log prior) of the default MAP + Laplace fit."""
 
-    def __init__(self, console):
+    def __init__(self, console, objective: str = "ELBO"):
+        self.objective = objective
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
 
@@ -69,7 +72,7 @@ class TrainProgress:
         fields = {}
         if progress.event in ("step", "eval") and progress.elbo_per_token == progress.elbo_per_token:
             self.last = progress
-            fields["elbo"] = f"ELBO/token {progress.elbo_per_token:.4f}"
+            fields["elbo"] = f"{self.objective}/token {progress.elbo_per_token:.4f}"
         if progress.dev_score is not None and progress.event == "eval":
             self.dev = (progress.dev_metric, progress.dev_score)
             fields["dev"] = f"dev {progress.dev_metric} {progress.dev_score:.4f}"
@@ -155,7 +158,8 @@ def train(
             previous = load_tagger(init)
         err = stderr()
         started = time.perf_counter()
-        with TrainProgress(err) as bar:
+        objective = "log posterior" if tagger_config.resolved_method() == "laplace" else "ELBO"
+        with TrainProgress(err, objective) as bar:
             tagger = Tagger.train(sentences, tagger_config, dev=dev_sentences, callbacks=[bar],
                                   checkpoint_dir=checkpoints, resume=resume, init=previous)
         elapsed = time.perf_counter() - started
@@ -177,7 +181,8 @@ def train(
         ("train / dev sentences", f"{scores['train_sentences']} / {scores.get('dev_sentences', 0)}"),
         *([("unlabelled tokens (?)", f"{scores['unlabelled_tokens']:,} of {sum(len(s) for s in sentences):,}, "
             "marginalised")] if scores.get("unlabelled_tokens") else []),
-        ("steps", f"{scores.get('steps')}" + (" (stopped early)" if scores.get("stopped_early") else "")),
+        ("L-BFGS iterations" if scores.get("method") == "laplace" else "steps",
+         f"{scores.get('steps')}" + (" (stopped early)" if scores.get("stopped_early") else "")),
         ("time", f"{elapsed:.1f} s"),
     ]
     calibration = scores.get("calibration")
