@@ -8,8 +8,8 @@ template's vocabulary table (or hashed). Python touches each token only for dict
 
 In vocabulary mode columns are assigned template by template, so the active columns of a row
 come out sorted without a sort. Column PAD_ID = 0 holds no feature of the vocabulary: with
-`unseen_column` it carries √k for a token k of whose template features the vocabulary lacks (a word
-form, affix or conjunction never seen in fit), so x₀² = k. Its weight never meets data in training,
+`unseen_column` it carries √k for a token that has k template features the vocabulary lacks (a
+word form, affix or conjunction never seen in fit), so x₀² = k. Its weight never meets data in training,
 so it keeps its prior N(0, σ²): in the weight-space GP's predictive the k unseen features add their
 prior variance k σ² to every label's potential and nothing to its mean, exactly what their own
 weights (absent from the model) would add. In hashing mode, or with L2-normalised rows, column 0
