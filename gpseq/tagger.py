@@ -27,7 +27,6 @@ from gpseq.config import TaggerConfig, check_window
 from gpseq.corpora.types import UNLABELLED, Sentence
 from gpseq.errors import ConfigError, GpseqError
 from gpseq.features import Featurizer
-from gpseq.model_meta import check_label_count
 from gpseq.prediction import Predictor
 from gpseq.structured.likelihoods import likelihood_by_name
 from gpseq.tagger_saved import build_model, read_tagger, write_tagger
@@ -182,7 +181,6 @@ class Tagger:
                 vocabulary = itertools.chain(vocabulary, corpus_passes.labelled(dev, seen))
         featurizer = Featurizer(config.features).fit(vocabulary)
         labels = sorted(seen - {UNLABELLED})
-        check_label_count(len(labels), getattr(corpus, "path", None) or "the training corpus")
         if not labels:
             raise GpseqError(f"{partial.source}: no labelled token in the training corpus (every label is "
                              f"{UNLABELLED!r})")

@@ -368,6 +368,17 @@ def no_work(monkeypatch):
     monkeypatch.setattr(Tagger, "load", started)
 
 
+@pytest.fixture()
+def no_fit(monkeypatch):
+    """The first work of a training, after its corpus is scanned: fitting the featurizer."""
+    from gpseq.features import Featurizer
+
+    def started(*args, **kwargs):
+        raise WorkStarted
+
+    monkeypatch.setattr(Featurizer, "fit", started)
+
+
 def _invoke_refused(*args, problem: str):
     result = invoke(*args)
     assert result.exit_code == 4, result.stderr
@@ -410,7 +421,7 @@ def _labelled_file(path: Path, n_labels: int) -> Path:
     return path
 
 
-def test_too_many_labels_are_refused_naming_the_training_file(tmp_path, no_work):
+def test_too_many_labels_are_refused_naming_the_training_file(tmp_path, no_fit):
     """100,000 labels asked 74.5 GiB of one pairwise array."""
     train = _labelled_file(tmp_path / "many.conll", 100_000)
     line = _invoke_refused("train", train, "-o", tmp_path / "out", "--features", "ner",
@@ -419,7 +430,7 @@ def test_too_many_labels_are_refused_naming_the_training_file(tmp_path, no_work)
     assert not (tmp_path / "out").exists()
 
 
-def test_labels_up_to_the_limit_reach_training(tmp_path, no_work):
+def test_labels_up_to_the_limit_reach_training(tmp_path, no_fit):
     train = _labelled_file(tmp_path / "many.conll", MAX_LABELS)
     with pytest.raises(WorkStarted):
         invoke("train", train, "-o", tmp_path / "out", "--features", "ner")

@@ -9,18 +9,10 @@ import signal
 import subprocess
 import sys
 
-from test_cli import invoke
-from test_robustness import corpus, snapshot  # noqa: F401  (the tiny corpus fixture)
-
 import pytest
 
-
-@pytest.fixture(scope="module")
-def model(corpus, tmp_path_factory):  # noqa: F811
-    path = tmp_path_factory.mktemp("faults") / "model"
-    result = invoke("train", corpus, "-o", path, "--features", "ner")
-    assert result.exit_code == 0, result.stderr
-    return path
+from test_robustness import corpus, snapshot  # noqa: F401  (the tiny corpus fixture)
+from test_signals import model  # noqa: F401  (a tiny default model: tagging without TensorFlow)
 
 
 def gpseq(*args, file_size_limit: int | None = None):

@@ -141,7 +141,6 @@ def train(
             sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
         dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding)
                          if dev is not None else None)
-        check_training_labels(sentences, train_corpus)
         # a label column the features read as a corpus column (a two-column `token label` file with the
         # chunking preset's POS column 1) would train on the gold labels: refused, as evaluate does
         first = sentences[:1] if isinstance(sentences, list) else list(itertools.islice(iter(sentences), 1))
@@ -207,19 +206,6 @@ def train(
     for name, value in rows:
         table.add_row(name, value)
     stdout().print(table)
-
-
-def check_training_labels(sentences, train_corpus: Path) -> None:
-    """ConfigError naming `train_corpus` when its `sentences` have more labels than a tagger may
-    (`model_meta.MAX_LABELS`), before any training work: counted until one past the limit."""
-    from gpseq.model_meta import MAX_LABELS, check_label_count
-
-    seen: set = set()
-    for sentence in sentences:
-        seen.update(sentence.labels or ())
-        if len(seen) > MAX_LABELS + 1:  # (one of them may be the unlabelled mark)
-            break
-    check_label_count(len(seen - {UNLABELLED}), train_corpus)
 
 
 def warn_dev_only_labels(sentences, dev_sentences, dev: Path) -> None:

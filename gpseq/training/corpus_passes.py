@@ -38,12 +38,19 @@ class CorpusScan:
 
 def scan(corpus: Iterable[Sentence]) -> CorpusScan:
     """Count `corpus` and check that every sentence has labels (GpseqError naming the first that
-    has none, or an empty corpus) and at most `MAX_TRAIN_SENTENCE_TOKENS` tokens (InputFormatError)."""
+    has none, or an empty corpus), at most `MAX_TRAIN_SENTENCE_TOKENS` tokens (InputFormatError) and
+    at most `model_meta.MAX_LABELS` labels in all (ConfigError, before any array is sized by them)."""
+    from gpseq.model_meta import MAX_LABELS, check_label_count
+
     sentences = tokens = unlabelled = 0
     partial = None
+    labels: set = set()
     for sentence in corpus:
         if sentence.labels is None:
             raise GpseqError(f"{sentence.source}:{sentence.line}: training sentence without labels")
+        labels.update(sentence.labels)
+        if len(labels) > MAX_LABELS + 1:  # (one of them may be the unlabelled mark)
+            check_label_count(len(labels - {UNLABELLED}), sentence.source)
         if len(sentence) > MAX_TRAIN_SENTENCE_TOKENS:
             raise InputFormatError(sentence.source, sentence.line,
                                    f"a training sentence of {len(sentence):,} tokens; at most "
