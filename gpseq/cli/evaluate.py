@@ -119,7 +119,7 @@ def evaluate(
     if not any(sentence.fully_labelled for sentence in sentences):
         raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
                                              "evaluate against")
-    from gpseq.cli.tag import standard_output
+    from gpseq.cli.outputs import standard_output
 
     standard_output("the report is written there")  # a closed stdout is an error before any work
     tagger = load_tagger(model_dir, allow_plugin)

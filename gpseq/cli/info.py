@@ -59,7 +59,7 @@ def info(
     """Describe a model: labels, features, sizes, training configuration, format version, scores."""
     from rich.table import Table
 
-    from gpseq.cli.tag import standard_output
+    from gpseq.cli.outputs import standard_output
 
     standard_output("the report is written there")  # a closed stdout is an error before any work
     tagger = load_tagger(model_dir, allow_plugin)

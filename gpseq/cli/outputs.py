@@ -27,6 +27,26 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def standard_output(hint: str = "give -o FILE"):
+    """`sys.stdout`; OutputError when there is none: a process started with standard output closed
+    (`gpseq tag … >&-`) has no `sys.stdout`, and the output has nowhere to go (`hint`: what to do)."""
+    import sys
+
+    if sys.stdout is None:
+        raise OutputError("<stdout>", f"standard output is closed; {hint}")
+    return sys.stdout
+
+
+def file_or_standard_output(output: Optional[Path]) -> Optional[Path]:
+    """The file `-o` names, or None for standard output (no `-o`, or `-o -` as for an input `-`),
+    which must then be open (`standard_output`)."""
+    if output is not None and str(output) == "-":
+        output = None
+    if output is None:
+        standard_output()
+    return output
+
+
 def is_standard_input(path: Path) -> bool:
     """Whether `path` names what standard input is (the same device and inode; a pipe or terminal
     on stdin is never a file that `path` can name)."""

@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output
-from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs, standard_output
+from gpseq.cli.outputs import check_tag_output, file_or_standard_output, standard_output
+from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
 from gpseq.corpora._atomic import replacing
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
@@ -125,10 +125,7 @@ def select(
         raise ConfigError(f"--max-similarity must be in (0, 1]; got {max_similarity}")
     if chunk_size < 1 or text_max_tokens < 1 or candidates < 1:
         raise ConfigError("--chunk-size, --text-max-tokens and --candidates must be >= 1")
-    if output is not None and str(output) == "-":  # `-o -`: standard output, as for an input `-`
-        output = None
-    if output is None:
-        standard_output()
+    output = file_or_standard_output(output)
     for path in files:
         require_file(path)
     check_tag_output(output, files, model_dir)

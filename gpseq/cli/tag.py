@@ -12,12 +12,12 @@ from typing import Annotated, Iterable, Iterator, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output
+from gpseq.cli.outputs import check_tag_output, file_or_standard_output, standard_output
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
 from gpseq.corpora._atomic import replacing
 from gpseq.corpora.formats import FORMATS
 from gpseq.corpora.text import TEXT_MAX_TOKENS
-from gpseq.errors import ConfigError, OutputError
+from gpseq.errors import ConfigError
 from gpseq.writers import WRITERS
 
 
@@ -68,14 +68,6 @@ def iter_inputs(files: list[Path], input_format: str, token_column: int, encodin
     for path in files:
         require_file(path)
         yield from iter_corpus(path, input_format, options=options)
-
-
-def standard_output(hint: str = "give -o FILE"):
-    """`sys.stdout`; OutputError when there is none: a process started with standard output closed
-    (`gpseq tag … >&-`) has no `sys.stdout`, and the output has nowhere to go (`hint`: what to do)."""
-    if sys.stdout is None:
-        raise OutputError("<stdout>", f"standard output is closed; {hint}")
-    return sys.stdout
 
 
 def batches(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]]:
@@ -133,14 +125,11 @@ def tag(
                           f"got {input_format!r}")
     if format_ not in WRITERS:
         raise ConfigError(f"--format must be conll, jsonl or spacy; got {format_!r}")
-    if output is not None and str(output) == "-":  # `-o -`: standard output, as for an input `-`
-        if format_ == "spacy":
-            raise ConfigError("--format spacy writes a binary DocBin, not to standard output: give -o FILE, not -")
-        output = None
+    if format_ == "spacy" and output is not None and str(output) == "-":
+        raise ConfigError("--format spacy writes a binary DocBin, not to standard output: give -o FILE, not -")
     if format_ == "spacy" and output is None:
         raise ConfigError("--format spacy writes a binary DocBin: give -o FILE")
-    if output is None:
-        standard_output()
+    output = file_or_standard_output(output)
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1; got {batch_size}")
     from gpseq.config import MAX_NBEST, MAX_SAMPLES
