@@ -4,7 +4,6 @@ time, write CoNLL, JSONL or a spaCy DocBin (`gpseq.writers`)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Iterable, Iterator, Optional
