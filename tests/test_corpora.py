@@ -472,7 +472,7 @@ def test_read_corpus_formats_agree_with_their_readers(tmp_path):
     with pytest.raises(InputFormatError, match="raw text has no labels") as raised:
         read_corpus(text, "text")
     assert str(raised.value).startswith(f"{text}: ")  # the file named, not None
-    with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, jsonl, text"):
+    with pytest.raises(ConfigError, match="known: auto, conll, crfpp, conllu, jsonl, spacy, text"):
         read_corpus(columns, "xml")
     with pytest.raises(InputFormatError, match="no sentences"):
         read_corpus(_write(tmp_path, "\n\n", "empty.conll"))

@@ -53,8 +53,14 @@ app.add_typer(corpus_app, name="corpus")
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and info logging.")]
 CorpusFormat = Annotated[str, typer.Option(
     "--format", help="Corpus format: conll (columns, -DOCSTART- separators), crfpp (columns), conllu "
-                     "(UPOS labels), jsonl (tokens, labels) or auto (by suffix: .conllu, .jsonl; conll "
-                     "otherwise).")]
+                     "(UPOS labels), jsonl (tokens, labels), spacy (a DocBin; labels: --spacy-labels) or "
+                     "auto (by suffix: .conllu, .jsonl, .spacy; conll otherwise).")]
+SpacyLabels = Annotated[str, typer.Option(
+    "--spacy-labels", metavar="tag|pos|ents|spans:KEY",
+    help=".spacy corpora: the labels are token.tag_ (tag, the default: what spaCy's tagger trains on), "
+         "token.pos_ (pos), doc.ents (ents) or the span group doc.spans[KEY] (spans:KEY), entities and "
+         "spans as B-/I-/O labels of the tag scheme. A token without the annotation is unlabelled (?); a "
+         "doc without it is an error.")]
 ModelDir = Annotated[Path, typer.Argument(help="Model directory written by gpseq train.", show_default=False)]
 AllowPlugin = Annotated[list[str], typer.Option(
     "--allow-plugin", metavar="NAME",
@@ -215,12 +221,15 @@ def load_tagger(model_dir: Path, allow_plugins: list[str] | None = None):
     return tagger_module().Tagger.load(model_dir, likelihoods=allowed_likelihoods(allow_plugins))
 
 
-def read_labelled(path: Path, format: str, token_column: int, label_column: int, encoding: str):
-    """The sentences of a labelled corpus file (InputFormatError if it is missing or has none)."""
+def read_labelled(path: Path, format: str, token_column: int, label_column: int, encoding: str,
+                  spacy_labels: str = "tag", tag_scheme: str = "iob2"):
+    """The sentences of a labelled corpus file (InputFormatError if it is missing or has none); a
+    DocBin's labels are `spacy_labels`, its entities and spans chunk labels of `tag_scheme`."""
     from gpseq.corpora import read_corpus
 
     require_file(path)
-    return read_corpus(path, format, token_column=token_column, label_column=label_column, encoding=encoding)
+    return read_corpus(path, format, token_column=token_column, label_column=label_column, encoding=encoding,
+                       spacy_labels=spacy_labels, tag_scheme=tag_scheme)
 
 
 def label_field(path: Path, format: str, label_column: int, sentence) -> int | None:

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import (EXIT_CODES, AllowPlugin, CorpusFormat, ModelDir, Verbose, app, check_label_not_a_feature, command,
-                              load_tagger, read_labelled, stdout)
+from gpseq.cli.common import (EXIT_CODES, AllowPlugin, CorpusFormat, ModelDir, SpacyLabels, Verbose, app,
+                              check_label_not_a_feature, command, load_tagger, read_labelled, require_file, stdout)
 from gpseq.cli.outputs import check_plot_outputs
 from gpseq.model_meta import json_default
 
@@ -23,6 +23,7 @@ EVALUATE_EXAMPLES = """[b]Examples[/b]
   gpseq evaluate runs/chunk test.txt --json --plot reliability.png
   gpseq evaluate runs/chunk test.txt --samples 32   # Monte Carlo marginals
   gpseq evaluate runs/chunk dev.txt --target-error 0.01   # the P for tag --abstain-below
+  gpseq evaluate runs/ner test.spacy --spacy-labels ents
 
 --plot FILE.png writes the token reliability diagram there and, for chunk
 labels, FILE-entities.png (predicted spans: P(exact span) against how often
@@ -79,7 +80,7 @@ def _check_plot_target(path: Path) -> None:
 @command
 def evaluate(
     model_dir: ModelDir,
-    corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style corpus.", show_default=False)],
+    corpus: Annotated[Path, typer.Argument(help="Labelled corpus (any --format: CoNLL columns, CoNLL-U, JSON Lines, a spaCy DocBin).", show_default=False)],
     json_: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option(help="Write the reliability diagram to this PNG.")] = None,
     samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive).")] = None,
@@ -89,6 +90,7 @@ def evaluate(
     label_column: Annotated[int, typer.Option(help="Label column of the corpus (default: the last).")] = -1,
     encoding: Annotated[str, typer.Option(help="Encoding of the corpus.")] = "utf-8",
     format_: CorpusFormat = "auto",
+    spacy_labels: SpacyLabels = "tag",
     target_error: Annotated[Optional[float], typer.Option(help="Report the abstention threshold P (for gpseq tag --abstain-below P) with the largest coverage whose kept tokens, and separately spans, err at most this often on this corpus (use a dev set).", metavar="E")] = None,
     decode: Annotated[Optional[str], typer.Option(help="viterbi, max-marginal or span-f1 (default: the model's).")] = None,
     allow_plugin: AllowPlugin = None,
@@ -100,7 +102,10 @@ def evaluate(
     from gpseq.errors import ConfigError, InputFormatError
 
     from gpseq.config import MAX_SAMPLES
+    from gpseq.corpora import detect_format
+    from gpseq.corpora.docbin import parse_label_source
 
+    parse_label_source(spacy_labels)
     if not 1 <= bins <= 10_000:
         raise ConfigError(f"--bins must be in [1, 10,000]; got {bins:,}")
     if samples is not None and not 1 <= samples <= MAX_SAMPLES:
@@ -115,14 +120,19 @@ def evaluate(
     check_plot_outputs(plot_paths, [corpus], model_dir)
     for path in plot_paths:
         _check_plot_target(path)
-    sentences = read_labelled(corpus, format_, token_column, label_column, encoding)
-    if not any(sentence.fully_labelled for sentence in sentences):
-        raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
-                                             "evaluate against")
     from gpseq.cli.outputs import standard_output
 
     standard_output("the report is written there")  # a closed stdout is an error before any work
-    tagger = load_tagger(model_dir, allow_plugin)
+    require_file(corpus)
+    tagger = None
+    if detect_format(corpus, format_) == "spacy":  # its entities and spans become labels of the model's scheme
+        tagger = load_tagger(model_dir, allow_plugin)
+    sentences = read_labelled(corpus, format_, token_column, label_column, encoding, spacy_labels,
+                              tagger.config.tag_scheme if tagger is not None else "iob2")
+    if not any(sentence.fully_labelled for sentence in sentences):
+        raise InputFormatError(corpus, None, "every sentence has tokens labelled ? (unlabelled): no gold path to "
+                                             "evaluate against")
+    tagger = tagger or load_tagger(model_dir, allow_plugin)
     check_label_not_a_feature(tagger.featurizer.config, corpus, format_, label_column, sentences)
     report = tagger.evaluate(sentences, samples=samples, mean=mean or None, n_bins=bins, decode=decode,
                              target_error=target_error)

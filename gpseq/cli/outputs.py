@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from gpseq.corpora._atomic import writable_dir
-from gpseq.errors import OutputError
+from gpseq.errors import ConfigError, OutputError
 from gpseq.model_dir import check_checkpoint_target, check_save_target
 
 
@@ -45,6 +45,22 @@ def file_or_standard_output(output: Optional[Path]) -> Optional[Path]:
     if output is None:
         standard_output()
     return output
+
+
+def output_format(given: Optional[str], output: Optional[Path], suffixes: dict[str, tuple[str, ...]],
+                  default: str) -> str:
+    """The format a command writes: `--format` when given, else the one the suffix of `-o` names
+    (`suffixes`: format → the suffixes of its files; a suffix names the first format listing it),
+    else `default`. ConfigError when the given format is not written under a suffix that names
+    another one (`--format conll -o out.jsonl`): the file would not read back as its name says."""
+    suffix = output.suffix.lower() if output is not None and str(output) != "-" else ""
+    named = next((format for format, known in suffixes.items() if suffix in known), None)
+    if given is None:
+        return named or default
+    if named is not None and suffix not in suffixes.get(given, ()):
+        raise ConfigError(f"--format {given} does not match -o {output}: a {suffix} file is written as {named}; "
+                          f"leave out --format, or give the file a name for {given}")
+    return given
 
 
 def is_standard_input(path: Path) -> bool:

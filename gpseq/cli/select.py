@@ -1,4 +1,4 @@
-"""`gpseq select`: read an unlabelled pool (raw text or CoNLL), rank its sentences with
+"""`gpseq select`: read an unlabelled pool (raw text or any corpus format), rank its sentences with
 `Tagger.select` a chunk at a time, write the top N with their scores and the current predictions
 for an annotation tool (`gpseq.annotation`)."""
 
@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output, file_or_standard_output, standard_output
-from gpseq.cli.tag import INPUT_FORMATS, check_text_input, iter_inputs
+from gpseq.cli.outputs import check_tag_output, file_or_standard_output, output_format, standard_output
+from gpseq.cli.tag import CONLL_SUFFIXES, INPUT_FORMATS, check_text_input, iter_inputs
 from gpseq.corpora._atomic import replacing
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
@@ -21,8 +21,9 @@ from gpseq.errors import ConfigError
 SELECT_EXAMPLES = """[b]Examples[/b]
 
   gpseq select runs/chunk pool.txt -n 100 -o picked.conll
+  gpseq select runs/chunk pool.txt -n 100 -o picked.jsonl   # JSON Lines (by the suffix)
   gpseq select runs/ner pool.txt -n 50 --format prodigy -o tasks.jsonl
-  gpseq select runs/ner pool.txt -n 50 --format labelstudio -o tasks.json
+  gpseq select runs/ner pool.txt -n 50 -o tasks.json       # Label Studio (by the suffix)
   gpseq select runs/chunk pool.conll -n 100 --strategy entropy --level sequence --normalise
 
 [b]The loop[/b]
@@ -41,7 +42,8 @@ SELECT_EXAMPLES = """[b]Examples[/b]
   margin            1 - (P(best) - P(second best sequence))
   random            a seeded random order
 
-[b]Output formats[/b]
+[b]Output formats[/b] (--format; without it, by the suffix of -o: .jsonl
+jsonl, .json labelstudio, conll otherwise)
 
   conll        a -DOCSTART- line with rank, score, strategy and source, then
                the pool's columns with the predicted label appended (trains
@@ -54,6 +56,9 @@ SELECT_EXAMPLES = """[b]Examples[/b]
                spans pre-filled, each with its probability as "score"
 
 """ + EXIT_CODES
+
+
+OUTPUT_SUFFIXES = {"conll": CONLL_SUFFIXES, "jsonl": (".jsonl",), "prodigy": (".jsonl",), "labelstudio": (".json",)}
 
 
 class SelectProgress:
@@ -88,14 +93,14 @@ def select(
     n: Annotated[int, typer.Option("-n", "--n", help="How many sentences to pick.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default, or -: standard output).")] = None,
     strategy: Annotated[str, typer.Option(help="bald, entropy, least-confidence, margin or random.")] = "bald",
-    format_: Annotated[str, typer.Option("--format", help="conll, jsonl, prodigy or labelstudio.")] = "conll",
+    format_: Annotated[Optional[str], typer.Option("--format", help="conll, jsonl, prodigy or labelstudio. Default: by the suffix of -o (.jsonl jsonl, .json labelstudio, .conll/.iob/.tsv… conll), else conll; a --format another suffix names is an error (prodigy is written as .jsonl).", show_default=False)] = None,
     level: Annotated[str, typer.Option(help="bald/entropy over token marginals (token) or label sequences (sequence).")] = "token",
     normalise: Annotated[bool, typer.Option("--normalise", help="Divide scores by the sentence length (per-token geometric mean for path probabilities).")] = False,
     samples: Annotated[Optional[int], typer.Option(help="Posterior draws (bald: default 16; others: Monte Carlo predictive instead of the deterministic one).")] = None,
     max_similarity: Annotated[float, typer.Option(help="Skip a sentence whose token types overlap a picked one by more than this (Jaccard); 1 keeps near-duplicates (exact duplicates never).")] = 0.8,
     candidates: Annotated[int, typer.Option(help="Keep the N x this best-scored sentences to pick from, skipping near-duplicates (raise it when fewer than N are picked).")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the draws, the random strategy and ties.")] = 0,
-    input_format: Annotated[str, typer.Option(help="text, conll, crfpp, conllu or auto (as gpseq tag).")] = "auto",
+    input_format: Annotated[str, typer.Option(help="text, conll, crfpp, conllu, jsonl, spacy or auto (as gpseq tag).")] = "auto",
     token_column: Annotated[int, typer.Option(help="conll input: the token column.")] = 0,
     encoding: Annotated[str, typer.Option(help="Encoding of the pool files.")] = "utf-8",
     text_max_tokens: Annotated[int, typer.Option(help="text input: split longer sentences into pieces of at most this many tokens.")] = TEXT_MAX_TOKENS,
@@ -115,8 +120,9 @@ def select(
         raise ConfigError(f"-n must be >= 1; got {n}")
     if strategy not in STRATEGIES:
         raise ConfigError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
-    if format_ not in FORMATS:
+    if format_ is not None and format_ not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}; got {format_!r}")
+    format_ = output_format(format_, output, OUTPUT_SUFFIXES, "conll")
     if level not in LEVELS:
         raise ConfigError(f"--level must be token or sequence; got {level!r}")
     if input_format not in INPUT_FORMATS:

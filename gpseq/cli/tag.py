@@ -11,10 +11,10 @@ from typing import Annotated, Iterable, Iterator, Optional
 import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
-from gpseq.cli.outputs import check_tag_output, file_or_standard_output, standard_output
+from gpseq.cli.outputs import check_tag_output, file_or_standard_output, output_format, standard_output
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
 from gpseq.corpora._atomic import replacing
-from gpseq.corpora.formats import FORMATS
+from gpseq.corpora.formats import FORMATS, SUFFIXES
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
 from gpseq.writers import WRITERS
@@ -25,11 +25,13 @@ TAG_EXAMPLES = """[b]Examples[/b]
   gpseq tag runs/sample corpora/sample/example.txt
   cat notes.txt | gpseq tag runs/sample - --format jsonl --mean
   gpseq tag runs/chunk test.conll --full-distribution -o tagged.conll
-  gpseq tag runs/ner docs/*.txt --format spacy -o tagged.spacy
+  gpseq tag runs/ner docs/*.txt -o tagged.spacy              # a DocBin (by the suffix)
+  gpseq tag runs/ner test.spacy -o tagged.jsonl             # DocBin in, JSON Lines out
   gpseq tag runs/chunk test.conll --abstain-below 0.9       # flag what is below 0.9
   gpseq tag runs/chunk test.conll --format jsonl --nbest 5  # the 5 most probable label paths
 
-[b]Output formats[/b]
+[b]Output formats[/b] (--format; without it, by the suffix of -o: .jsonl
+jsonl, .spacy spacy, conll otherwise)
 
   conll  token, label, p(label) per line (tab-separated), a blank line
          between sentences; --abstain-below adds ABSTAIN or - as the
@@ -57,6 +59,8 @@ error rate on a dev set with gpseq evaluate --target-error.
 """ + EXIT_CODES
 
 INPUT_FORMATS = ("auto", *FORMATS)  # every format of the corpus registry
+CONLL_SUFFIXES = tuple(suffix for suffix, format in SUFFIXES.items() if format == "conll")
+OUTPUT_SUFFIXES = {"conll": CONLL_SUFFIXES, "jsonl": (".jsonl",), "spacy": (".spacy",)}
 
 
 def iter_inputs(files: list[Path], input_format: str, token_column: int, encoding: str, lang: str,
@@ -99,8 +103,8 @@ def check_text_input(tagger, files: list[Path], input_format: str) -> None:
 def tag(
     model_dir: ModelDir,
     files: Annotated[list[Path], typer.Argument(help="Input files; - reads stdin.", show_default=False)],
-    input_format: Annotated[str, typer.Option(help="text (spaCy tokenisation + sentencizer), conll (token column, blank line between sentences), crfpp (columns, no -DOCSTART-), conllu, or auto (conllu for .conllu, conll for .conll/.iob/.data/.tsv…, text otherwise).")] = "auto",
-    format_: Annotated[str, typer.Option("--format", help="Output: conll, jsonl or spacy (DocBin; needs -o).")] = "conll",
+    input_format: Annotated[str, typer.Option(help="text (spaCy tokenisation + sentencizer), conll (token column, blank line between sentences), crfpp (columns, no -DOCSTART-), conllu, jsonl, spacy (a DocBin), or auto (conllu for .conllu, jsonl for .jsonl, spacy for .spacy, conll for .conll/.iob/.data/.tsv…, text otherwise).")] = "auto",
+    format_: Annotated[Optional[str], typer.Option("--format", help="Output: conll, jsonl or spacy (DocBin; needs -o). Default: by the suffix of -o (.jsonl, .spacy; .conll/.iob/.tsv… conll), else conll; a --format another suffix names is an error.", show_default=False)] = None,
     full_distribution: Annotated[bool, typer.Option("--full-distribution", help="conll/spacy: add every label's probability per token.")] = False,
     samples: Annotated[Optional[int], typer.Option(help="Monte Carlo marginals over S draws of f (default: the model's predictive, deterministic unless it says mc).")] = None,
     mean: Annotated[bool, typer.Option("--mean", help="The deterministic calibrated marginals (probit-scaled potentials, one forward-backward), whatever the model's default.")] = False,
@@ -116,14 +120,15 @@ def tag(
     allow_plugin: AllowPlugin = None,
     verbose: Verbose = False,
 ) -> None:
-    """Tag raw text or CoNLL files: labels with per-token probabilities."""
+    """Tag raw text or corpus files (CoNLL, CoNLL-U, JSON Lines, spaCy DocBin): labels with per-token probabilities."""
     from gpseq.corpora import is_chunk_labelling
 
     if input_format not in INPUT_FORMATS:
         raise ConfigError(f"--input-format must be {', '.join(INPUT_FORMATS[:-1])} or {INPUT_FORMATS[-1]}; "
                           f"got {input_format!r}")
-    if format_ not in WRITERS:
+    if format_ is not None and format_ not in WRITERS:
         raise ConfigError(f"--format must be conll, jsonl or spacy; got {format_!r}")
+    format_ = output_format(format_, output, OUTPUT_SUFFIXES, "conll")
     if format_ == "spacy" and output is not None and str(output) == "-":
         raise ConfigError("--format spacy writes a binary DocBin, not to standard output: give -o FILE, not -")
     if format_ == "spacy" and output is None:

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import (EXIT_CODES, CorpusFormat, Verbose, app, check_label_not_a_feature, command,
-                              read_labelled, require_file, stderr, stdout, tagger_module)
+from gpseq.cli.common import (EXIT_CODES, CorpusFormat, SpacyLabels, Verbose, app, check_label_not_a_feature,
+                              command, read_labelled, require_file, stderr, stdout, tagger_module)
 from gpseq.cli.config import ConfigOptions, build_config
 from gpseq.corpora.types import UNLABELLED
 from gpseq.errors import InputFormatError
@@ -33,6 +33,7 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
   gpseq train train.txt -o runs/chunk --resume   # continues from runs/chunk.ckpt
   gpseq train train1.conll -o runs/r1 --init runs/r0   # warm start (active learning)
   gpseq train partial.conll -o runs/p   # tokens labelled ? are marginalised
+  gpseq train train.spacy --dev dev.spacy -o runs/ner --spacy-labels ents
   gpseq train train.conll -o runs/plug --likelihood mypkg.chain:log_likelihood \
       --set model.estimator=score   # a NumPy likelihood (README, Likelihoods)
 
@@ -82,7 +83,7 @@ class TrainProgress:
 @app.command(epilog=TRAIN_EXAMPLES)
 @command
 def train(
-    train_corpus: Annotated[Path, typer.Argument(help="Labelled CoNLL-style column file (token first, label last by default); a token labelled ? is unlabelled (partial annotation, marginalised).", show_default=False)],
+    train_corpus: Annotated[Path, typer.Argument(help="Labelled corpus: a CoNLL-style column file (token first, label last by default), CoNLL-U, JSON Lines or a spaCy DocBin (.spacy; --spacy-labels); a token labelled ? is unlabelled (partial annotation, marginalised).", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.", show_default=False)],
     dev: Annotated[Optional[Path], typer.Option(help="Labelled dev corpus for early stopping (default: a held-out slice of train, training.dev_fraction).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="TaggerConfig JSON (keys features, model, training, tag_scheme, …), e.g. a model's tagger.json 'config'.")] = None,
@@ -99,15 +100,19 @@ def train(
     label_column: Annotated[int, typer.Option(help="Label column of the corpora (default: the last).")] = -1,
     encoding: Annotated[str, typer.Option(help="Encoding of the corpora (e.g. euc-jp).")] = "utf-8",
     format_: CorpusFormat = "auto",
-    tag_scheme: Annotated[Optional[str], typer.Option(help="Tag scheme of the labels: iob1, iob2 (bio), bioes (for spans and chunk F1).")] = None,
+    spacy_labels: SpacyLabels = "tag",
+    tag_scheme: Annotated[Optional[str], typer.Option(help="Tag scheme of the labels: iob1, iob2 (bio), bioes (for spans and chunk F1); .spacy entities and spans are read as labels of it.")] = None,
     devices: Annotated[Optional[int], typer.Option(help="Number of devices (replicas) to train on (training.devices).")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="tf.distribute strategy: default, mirrored or multiworker (training.strategy).")] = None,
     init: Annotated[Optional[Path], typer.Option("--init", help="Warm-start from this model directory (a round of active learning: its weights, prior and calibration, a third of the iterations; default training only).")] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Train a tagger on a labelled CoNLL-style corpus and save it to a model directory."""
+    """Train a tagger on a labelled corpus and save it to a model directory."""
     from rich.table import Table
 
+    from gpseq.corpora.docbin import parse_label_source
+
+    parse_label_source(spacy_labels)  # a ConfigError before any work
     for path in (train_corpus, dev, config):
         if path is not None and str(path) == "-":
             raise InputFormatError(path, None, "training needs a file, not - (standard input): a corpus is read "
@@ -136,10 +141,13 @@ def train(
             from gpseq.corpora import CorpusFile
 
             sentences = CorpusFile(train_corpus, format_, token_column=token_column, label_column=label_column,
-                                   encoding=encoding)
+                                   encoding=encoding, spacy_labels=spacy_labels,
+                                   tag_scheme=tagger_config.tag_scheme)
         else:
-            sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding)
-        dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding)
+            sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding, spacy_labels,
+                                      tagger_config.tag_scheme)
+        dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding, spacy_labels,
+                                       tagger_config.tag_scheme)
                          if dev is not None else None)
         # a label column the features read as a corpus column (a two-column `token label` file with the
         # chunking preset's POS column 1) would train on the gold labels: refused, as evaluate does

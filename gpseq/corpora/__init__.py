@@ -1,4 +1,5 @@
-"""Corpora: CoNLL column files, CRF++, CoNLL-U, JSON Lines and raw text behind `read_corpus`, tag schemes and spans, splits, the public-corpus catalogue."""
+"""Corpora: CoNLL column files, CRF++, CoNLL-U, JSON Lines, spaCy DocBins and raw text behind
+`read_corpus`, tag schemes and spans, splits, the public-corpus catalogue."""
 
 from gpseq.corpora.catalogue import (
     corpora_root,
@@ -11,6 +12,7 @@ from gpseq.corpora.catalogue import (
 )
 from gpseq.corpora.conll import iter_conll, read_conll, split_columns, write_conll
 from gpseq.corpora.conllu import iter_conllu, read_conllu
+from gpseq.corpora.docbin import iter_docbin, read_docbin
 from gpseq.corpora.formats import (FORMATS, CorpusFile, ReadOptions, detect_format, iter_corpus, read_corpus,
                                    register_format)
 from gpseq.corpora.jsonl import iter_jsonl, read_jsonl
@@ -47,6 +49,7 @@ __all__ = [
     "iter_conll",
     "iter_conllu",
     "iter_corpus",
+    "iter_docbin",
     "iter_jsonl",
     "kfold_indices",
     "list_corpora",
@@ -55,6 +58,7 @@ __all__ = [
     "read_conll",
     "read_conllu",
     "read_corpus",
+    "read_docbin",
     "read_jsonl",
     "register_format",
     "sha256_file",

@@ -4,6 +4,7 @@
     sentences = read_corpus("en_ewt-ud-train.conllu")               # CoNLL-U, UPOS labels
     sentences = read_corpus("corrected.jsonl")                      # JSON Lines: tokens, labels
     sentences = read_corpus("notes.txt", "text", labelled=False)    # raw text, spaCy-tokenised
+    sentences = read_corpus("train.spacy", spacy_labels="ents")     # spaCy DocBin, entities as B-/I-/O
 
 A format is a reader `(source, options) -> Iterator[Sentence]` registered under a name with the
 file suffixes `auto` knows it by; adding one is `@register_format("name", suffixes)` here (or
@@ -20,6 +21,7 @@ from typing import Callable, Iterator
 
 from gpseq.corpora.conll import Source, iter_conll
 from gpseq.corpora.conllu import iter_conllu
+from gpseq.corpora.docbin import iter_docbin
 from gpseq.corpora.jsonl import iter_jsonl
 from gpseq.corpora.text import TEXT_MAX_TOKENS, blank_nlp, iter_text
 from gpseq.corpora.types import Sentence
@@ -28,8 +30,9 @@ from gpseq.errors import ConfigError, InputFormatError
 
 @dataclass
 class ReadOptions:
-    """How to read a corpus: columns (column formats), encoding, whether labels are wanted, and
-    for raw text the spaCy language and the longest sentence."""
+    """How to read a corpus: columns (column formats), encoding, whether labels are wanted, for
+    raw text the spaCy language and the longest sentence, for a spaCy DocBin the annotation its
+    labels come from and the tag scheme entities and spans become."""
 
     token_column: int = 0
     label_column: int = -1
@@ -38,6 +41,8 @@ class ReadOptions:
     lang: str = "en"
     text_max_tokens: int = TEXT_MAX_TOKENS
     nlp: object = None  # a spaCy pipeline for raw text (default: blank `lang` + sentencizer, made once)
+    spacy_labels: str = "tag"  # DocBin labels: tag, pos, ents or spans:KEY (`gpseq.corpora.docbin`)
+    tag_scheme: str = "iob2"  # DocBin entities and spans as chunk labels of this scheme
 
 
 Reader = Callable[[Source, str, ReadOptions], Iterator[Sentence]]
@@ -93,13 +98,21 @@ def _read_jsonl(source: Source, name: str, options: ReadOptions) -> Iterator[Sen
     return iter_jsonl(source, labelled=options.labelled, encoding=options.encoding, name=name)
 
 
+@register_format("spacy", (".spacy",))
+def _read_spacy(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
+    """spaCy DocBin: a sentence per `doc.sents` (per doc without sentence boundaries), labels from
+    token.tag_ (default), token.pos_, doc.ents or a span group (`options.spacy_labels`)."""
+    return iter_docbin(source, labels=options.spacy_labels if options.labelled else None,
+                       scheme=options.tag_scheme, name=name)
+
+
 @register_format("text")
 def _read_text(source: Source, name: str, options: ReadOptions) -> Iterator[Sentence]:
     """Raw text, tokenised and split into sentences by spaCy (unlabelled)."""
     if options.labelled:
         where = name if name is not None else (source if isinstance(source, (str, Path)) else "<stream>")
         raise InputFormatError(where, None, "raw text has no labels; a labelled corpus is needed "
-                                            "(--format conll, crfpp or conllu)")
+                                            "(--format conll, crfpp, conllu, jsonl or spacy)")
     if options.nlp is None:
         options.nlp = blank_nlp(options.lang)
     return iter_text(source, options.nlp, encoding=options.encoding, name=name, max_tokens=options.text_max_tokens)
@@ -107,8 +120,8 @@ def _read_text(source: Source, name: str, options: ReadOptions) -> Iterator[Sent
 
 def detect_format(path: str | Path, format: str = "auto", *, labelled: bool = True) -> str:
     """The format a path is read as: `format` itself unless auto; auto goes by the suffix (.conllu
-    → conllu, CoNLL suffixes → conll) and otherwise is conll for a labelled corpus and raw text for
-    an unlabelled input (stdin, `-`, included)."""
+    → conllu, .jsonl → jsonl, .spacy → spacy, CoNLL suffixes → conll) and otherwise is conll for a
+    labelled corpus and raw text for an unlabelled input (stdin, `-`, included)."""
     if format != "auto":
         if format not in FORMATS:
             raise ConfigError(f"unknown corpus format {format!r}; known: auto, {', '.join(FORMATS)}")
