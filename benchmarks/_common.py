@@ -95,23 +95,36 @@ def crfsuite_features(featurizer, sentences):
 REFERENCE_FEATURES = "reference"  # `_crf_train.py`'s feature_config for `reference_features`
 
 
-def reference_features(sentences):
+def reference_features(sentences, pos_column: int | None = None):
     """python-crfsuite input with the features CRFsuite users usually configure (the sklearn-crfsuite
-    tutorial's `word2features` without its POS features): per token a bias, the lower-cased word,
+    tutorial's `word2features`, widened to offsets ±2): per token a bias, the lower-cased word,
     istitle / isupper / isdigit, its 3-character prefix and suffix, and the lower-cased words at
-    offsets −2, −1, +1, +2 (`__BOS__` / `__EOS__` past the sentence's ends)."""
+    offsets −2, −1, +1, +2 (`__BOS__` / `__EOS__` past the sentence's ends). With `pos_column` (the
+    index, in file order, of the corpus's POS column in `Sentence.columns`; None where the corpus has
+    none, or where POS is the label), also its POS tag and `postag[:2]`, the POS tags at −2, −1, +1,
+    +2 and `postag[:2]` at −1 and +1, as the tutorial does (the markers past the ends)."""
     out = []
     for sentence in sentences:
         lower = [word.lower() for word in sentence.tokens]
+        pos = None if pos_column is None else [row[pos_column] for row in sentence.columns]
+        n = len(lower)
         seq = []
         for t, word in enumerate(sentence.tokens):
             features = {"bias": 1.0, "word.lower": lower[t], "word.istitle": word.istitle(),
                         "word.isupper": word.isupper(), "word.isdigit": word.isdigit(), "prefix3": word[:3],
                         "suffix3": word[-3:]}
+            if pos is not None:
+                features["postag"] = pos[t]
+                features["postag[:2]"] = pos[t][:2]
             for offset in (-2, -1, 1, 2):
                 at = t + offset
-                features[f"{offset:+d}:word.lower"] = (lower[at] if 0 <= at < len(lower)
-                                                       else "__BOS__" if at < 0 else "__EOS__")
+                inside = 0 <= at < n
+                marker = "__BOS__" if at < 0 else "__EOS__"
+                features[f"{offset:+d}:word.lower"] = lower[at] if inside else marker
+                if pos is not None:
+                    features[f"{offset:+d}:postag"] = pos[at] if inside else marker
+                    if abs(offset) == 1:
+                        features[f"{offset:+d}:postag[:2]"] = pos[at][:2] if inside else marker
             seq.append(features)
         out.append(seq)
     return out

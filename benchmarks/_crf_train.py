@@ -7,7 +7,8 @@ it, trains and writes the model (and, tempered, fits T on a dev split carved fro
 (interpreter start, imports, reading the corpus and writing the model included for both). SPEC:
 train_file, label_column, encoding, feature_config (gpseq's FeatureConfig dict: the gpseq model's
 features; or "reference": `_common.reference_features`, the features CRFsuite users usually
-configure, and no featurizer_dir is written), params (CRFsuite's training parameters,
+configure, and no featurizer_dir is written), pos_column (reference features only: the POS column's
+index in file order, or absent / null where the corpus has none), params (CRFsuite's training parameters,
 python-crfsuite's Trainer: the library sklearn-crfsuite wraps, without sklearn's 1 s import),
 model_path, featurizer_dir, dev_fraction and dev_seed (absent: no dev split, no T), result (where
 to write {temperature, train_sentences, dev_sentences}).
@@ -37,7 +38,7 @@ def main(spec_path: str) -> None:
         dev, train = [train[i] for i in dev_idx], [train[i] for i in train_idx]
     featurizer = None
     if spec["feature_config"] == REFERENCE_FEATURES:
-        featurise = reference_features
+        featurise = partial(reference_features, pos_column=spec.get("pos_column"))
     else:
         featurizer = Featurizer(FeatureConfig.from_dict(spec["feature_config"])).fit(train)
         featurise = partial(crfsuite_features, featurizer)

@@ -1,7 +1,8 @@
-"""gpseq's default command against CRFsuite and CRFsuite + temperature, on every corpus at hand (issue 16).
+"""gpseq's default command against CRFsuite and CRFsuite + temperature, on every corpus at hand (issue 16),
+CRFsuite given gpseq's features and, as its users run it, the reference features.
 
     python benchmarks/versus_crf.py [--json OUT] [--quick] [--only NAME ...] [--workdir DIR]
-                                    [--small-features template|preset]
+                                    [--small-features template|preset] [--repeats N]
 
 Systems, trained and tested in the same run:
 - `gpseq`: `gpseq train TRAIN --features PRESET -o DIR`, nothing else (plus `--label-column` /
@@ -31,6 +32,30 @@ Systems, trained and tested in the same run:
   p^(1/T), renormalised per token, with T fitted by minimising the token NLL on that dev split
   (grid over log T, then a bounded scalar search; `_common.fit_temperature`); labels = its
   Viterbi labels. train_s includes fitting T.
+- `crfsuite_ref`, `crfsuite_ref_t`: the same two trainings and tests with the features CRFsuite's
+  users configure instead of gpseq's: the sklearn-crfsuite tutorial's (`_common.reference_features`:
+  a bias, the lower-cased word, istitle / isupper / isdigit, its 3-character prefix and suffix,
+  the lower-cased words at −2, −1, +1, +2 with `__BOS__` / `__EOS__` markers; where the corpus has
+  a POS column that is not the label, also the token's POS tag and its `postag[:2]`, the POS tags
+  at −2..+2 and `postag[:2]` at ±1), the same parameters; crfsuite_ref on the whole training file,
+  crfsuite_ref_t on the same train part with T fitted on the same dev split as crfsuite_t. POS
+  column: CoNLL-2000 chunking, CRF++ basenp and chunking: column 1; CRF++ JapaneseNE: column 2 (its
+  IPADIC tags, e.g. 名詞-固有名詞-地域-一般, so postag[:2] is a coarse tag such as 名詞; its
+  char-type column 1 is not used: the tutorial has no such feature); none for CoNLL-2000 POS
+  tagging (POS is the label) and CRF++ seg (character class is not a POS).
+
+Timing: `--repeats N` rounds (default 3; 1 with --quick) of the training processes, alternated
+(gpseq, crfsuite, crfsuite_t, crfsuite_ref, crfsuite_ref_t, gpseq, …): train_s and peak_rss_mb
+are the medians over the rounds, `train_s_runs` / `peak_rss_mb_runs` every round's, in order; the
+quality metrics are those of the first round's models (later rounds' models are deleted).
+Ratios `<corpus>/ratio/{train_s,peak_rss_mb}_gpseq_over_{crfsuite,crfsuite_ref}` (gpseq's
+training process over CRFsuite's, with gpseq's and with the reference features) are shown side by
+side under each table. Against the reference CRFsuite: `wins/<corpus>/train_s_le_1x_crfsuite_ref`
+and `wins/<corpus>/peak_rss_le_crfsuite_ref` for each corpus with its own training file, and
+their counts `wins/reference_count/...` ("default training ≤ 1.0× reference CRFsuite on k/n
+corpora of ≥ 2,000 training tokens", "peak training RSS ≤ reference CRFsuite's on k/n") over those
+of at least 2,000 training tokens (JapaneseNE counts; basenp, chunking and seg, under 2,000, are
+reported and left out of the counts; small-* and shift-* are not counted).
 
 Metrics (gpseq.evaluate, each system with its own label set; gold labels it never saw are
 errors with clipped NLL): score = chunk F1 when the labels are chunk labels, else token
@@ -58,7 +83,7 @@ Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
                     `--features <the set's CRF++ template>` (the seed's features; the CLI takes
                     a template file as --features), or the preset above with
                     --small-features preset
-  shift-chunk       the conll2000-chunk models (all three systems) tested on the project's
+  shift-chunk       the conll2000-chunk models (all five systems) tested on the project's
                     corpora/sample/test.conll (word POS NER chunk; chunk = last column)
   shift-pos         the conll2000-pos models tested on the same file, POS column as label
 
@@ -69,8 +94,9 @@ JSON carries meta/quick = true and is refused over a file git tracks. Never comm
 figures as results.
 
 Output: a table per corpus, and with --json a flat JSON object: `<corpus>/<system>/<metric>`,
-`<corpus>/crfsuite_t/temperature`, `<corpus>/data/...`, `wins/<corpus>/<target>` booleans for
-issue 16's targets, `wins/every_corpus/<target>`, `wins/small-scale/...`, and `meta/...`.
+`<corpus>/crfsuite_t/temperature`, `<corpus>/data/...`, `<corpus>/ratio/...`,
+`wins/<corpus>/<target>` booleans for issue 16's targets, `wins/every_corpus/<target>`,
+`wins/small-scale/...`, `wins/reference_count/...`, and `meta/...`.
 """
 
 from __future__ import annotations
@@ -80,6 +106,7 @@ import json
 import math
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,15 +142,25 @@ from _common import (  # noqa: E402
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
 from gpseq.evaluate import evaluate  # noqa: E402
 
-SYSTEMS = ("gpseq", "crfsuite", "crfsuite_t")
+SYSTEMS = ("gpseq", "crfsuite", "crfsuite_t", "crfsuite_ref", "crfsuite_ref_t")
+BASE_SYSTEMS = SYSTEMS[:3]  # what `run_systems` / `test_all` train and test by default (shift.py's use)
+CRF_RUNS = {  # system: (file name suffix, tempered, reference features)
+    "crfsuite": ("crf", False, False), "crfsuite_t": ("crf_t", True, False),
+    "crfsuite_ref": ("crf_ref", False, True), "crfsuite_ref_t": ("crf_ref_t", True, True),
+}
 CRF_PARAMS = dict(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100, all_possible_transitions=True)
 TRAINER_PARAMS = {"c1": 0.1, "c2": 0.1, "max_iterations": 100, "feature.possible_transitions": True}  # the same, as
 # python-crfsuite's Trainer takes them (L-BFGS is its default algorithm)
 DEV_FRACTION, DEV_SEED = 0.1, 0
+TRAINING_KEYS = ("train_s", "train_s_runs", "peak_rss_mb", "peak_rss_mb_runs", "model_mb", "temperature", "prior",
+                 "decode")  # copied from the trained state into each system's metrics
 REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
-            "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "tag_tokens_per_s",
-            "tag_warmup_s", "peak_rss_mb", "model_mb", "temperature", "prior", "decode")
+            "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "train_s_runs", "tag_tokens_per_s",
+            "tag_warmup_s", "peak_rss_mb", "peak_rss_mb_runs", "model_mb", "temperature", "prior", "decode")
 SMALL_PRESETS = {"basenp": "chunking", "chunking": "chunking", "segmentation": "segmentation", "japanesene": "ner"}
+SMALL_POS = {"basenp": 1, "chunking": 1, "segmentation": None, "japanesene": 2}  # reference features' POS column
+MIN_COUNTED_TOKENS = 2000  # the reference-CRFsuite counts take corpora of at least this many training tokens
+DEFAULT_REPEATS = 3  # alternated rounds of training processes (--quick: 1)
 QUICK_CONLL_TRAIN, QUICK_TEST = 500, 300
 
 
@@ -136,6 +173,7 @@ class Corpus:
     label_column: int = -1
     encoding: str = "utf-8"
     quick_train: int | None = None  # --quick: first sentences of train
+    pos_column: int | None = None  # the reference features' POS column (file order); None: no POS features
     source: str | None = None  # shift corpora: the corpus whose models they reuse
 
     def read(self, path: Path, encoding: str | None = None):
@@ -155,15 +193,18 @@ def corpora() -> list[Corpus]:
     conll, crfpp = root / "conll2000", root / "crfpp"
     sample = ROOT / "corpora" / "sample" / "test.conll"
     return [
-        Corpus("conll2000-chunk", conll / "train.txt", conll / "test.txt", "chunking", quick_train=QUICK_CONLL_TRAIN),
+        Corpus("conll2000-chunk", conll / "train.txt", conll / "test.txt", "chunking", quick_train=QUICK_CONLL_TRAIN,
+               pos_column=1),
         Corpus("conll2000-pos", conll / "train.txt", conll / "test.txt", "pos", label_column=1,
                quick_train=QUICK_CONLL_TRAIN),
-        Corpus("crfpp-basenp", crfpp / "basenp" / "train.data", crfpp / "basenp" / "test.data", "chunking"),
-        Corpus("crfpp-chunking", crfpp / "chunking" / "train.data", crfpp / "chunking" / "test.data", "chunking"),
+        Corpus("crfpp-basenp", crfpp / "basenp" / "train.data", crfpp / "basenp" / "test.data", "chunking",
+               pos_column=1),
+        Corpus("crfpp-chunking", crfpp / "chunking" / "train.data", crfpp / "chunking" / "test.data", "chunking",
+               pos_column=1),
         Corpus("crfpp-seg", crfpp / "seg" / "train.data", crfpp / "seg" / "test.data", "segmentation"),
         Corpus("crfpp-japanesene", crfpp / "JapaneseNE" / "train.data", crfpp / "JapaneseNE" / "test.data", "ner",
-               encoding="euc-jp"),
-        Corpus("shift-chunk", conll / "train.txt", sample, "chunking", source="conll2000-chunk"),
+               encoding="euc-jp", pos_column=2),
+        Corpus("shift-chunk", conll / "train.txt", sample, "chunking", source="conll2000-chunk", pos_column=1),
         Corpus("shift-pos", conll / "train.txt", sample, "pos", label_column=1, source="conll2000-pos"),
     ]
 
@@ -224,15 +265,21 @@ def test_gpseq(model_dir: Path, test) -> dict:
 
 # ---- CRFsuite and CRFsuite + T ----------------------------------------------------------------
 def train_crf(train_file: Path, read_options: dict, feature_config: dict | str, workdir: Path, name: str,
-              tempered: bool) -> dict:
+              tempered: bool, pos_column: int | None = None) -> dict:
     """CRFsuite (tempered: on the train part of train_dev_split, T fitted on its dev part) as its own
     process (`_crf_train.py`), timed from start to exit like `gpseq train`; feature_config: gpseq's
-    (a FeatureConfig dict) or `REFERENCE_FEATURES` (`_common.reference_features`)."""
+    (a FeatureConfig dict) or `REFERENCE_FEATURES` (`_common.reference_features`, with the POS
+    features of `pos_column` when it is not None)."""
+    reference = feature_config == REFERENCE_FEATURES
+    if reference and pos_column is not None and pos_column == read_options.get("label_column"):
+        raise ValueError(f"pos_column {pos_column} is the label column")
     model_path = workdir / f"{name}.crfsuite"
     featurizer_dir = workdir / f"{name}.features"
     spec = {"train_file": str(train_file), **read_options, "feature_config": feature_config, "params": TRAINER_PARAMS,
             "model_path": str(model_path), "featurizer_dir": str(featurizer_dir),
             "result": str(workdir / f"{name}.result.json")}
+    if reference:
+        spec["pos_column"] = pos_column
     if tempered:
         spec.update(dev_fraction=DEV_FRACTION, dev_seed=DEV_SEED)
     spec_path = workdir / f"{name}.spec.json"
@@ -245,7 +292,8 @@ def train_crf(train_file: Path, read_options: dict, feature_config: dict | str, 
                            f"{log_path.read_text(errors='replace')[-3000:]}")
     out = json.loads(Path(spec["result"]).read_text())
     out.update(train_s=train_s, peak_rss_mb=rss, model_path=model_path, featurizer_dir=featurizer_dir,
-               model_mb=model_path.stat().st_size / 2**20, reference_features=feature_config == REFERENCE_FEATURES)
+               model_mb=model_path.stat().st_size / 2**20, reference_features=reference,
+               pos_column=pos_column if reference else None)
     return out
 
 
@@ -255,7 +303,7 @@ def test_crf(state: dict, test) -> dict:
     from gpseq.features import Featurizer
 
     if state.get("reference_features"):
-        featurise = reference_features
+        featurise = partial(reference_features, pos_column=state.get("pos_column"))
     else:
         featurise = partial(crfsuite_features, Featurizer.load(state["featurizer_dir"]))
     crf = sklearn_crfsuite.CRF(model_filename=str(state["model_path"]), **CRF_PARAMS)
@@ -286,33 +334,67 @@ def score_of(metrics: dict) -> float | None:
 
 
 def run_systems(train_file: Path, read_options: dict, train, test, features: str, extras: list[str], workdir: Path,
-                tag: str):
-    """Train the three systems, test them on `test`. Returns (metrics per system, trained state per system)."""
-    model_dir = workdir / f"{tag}.gpseq"
-    print(f"  gpseq train ({len(train)} sentences) …", flush=True)
-    state = {"gpseq": {**train_gpseq(train_file, features, extras, model_dir), "model_dir": model_dir}}
-    trained = load_tagger(model_dir)
-    feature_config = trained.config.features.to_dict()
+                tag: str, *, reference: bool = False, pos_column: int | None = None, repeats: int = 1):
+    """Train the systems, test them on `test`. Returns (metrics per system, trained state per system).
+
+    Systems: gpseq, crfsuite, crfsuite_t, and with `reference` crfsuite_ref and crfsuite_ref_t
+    (`_common.reference_features`, POS features from `pos_column` unless None). `repeats` rounds
+    of the training processes, alternated (gpseq, crfsuite, crfsuite_t[, crfsuite_ref,
+    crfsuite_ref_t], then again): train_s and peak_rss_mb are the medians, `*_runs` every round's;
+    the models tested are the first round's (later rounds' models are deleted)."""
+    systems = SYSTEMS if reference else BASE_SYSTEMS
+    runs: dict[str, list] = {system: [] for system in systems}
+    state: dict = {}
+    feature_config = None
+    for round_ in range(repeats):
+        suffix = "" if round_ == 0 else f".rep{round_}"
+        if repeats > 1:
+            print(f"  round {round_ + 1}/{repeats}:", flush=True)
+        for system in systems:
+            if system == "gpseq":
+                model_dir = workdir / f"{tag}{suffix}.gpseq"
+                print(f"  gpseq train ({len(train)} sentences) …", flush=True)
+                trained = train_gpseq(train_file, features, extras, model_dir)
+                if round_ == 0:
+                    state["gpseq"] = {**trained, "model_dir": model_dir}
+                    feature_config = load_tagger(model_dir).config.features.to_dict()
+                else:
+                    for stale in (model_dir, model_dir.with_name(model_dir.name + ".ckpt")):
+                        shutil.rmtree(stale, ignore_errors=True)
+            else:
+                short, tempered, ref = CRF_RUNS[system]
+                trained = train_crf(train_file, read_options, REFERENCE_FEATURES if ref else feature_config, workdir,
+                                    f"{tag}{suffix}.{short}", tempered=tempered, pos_column=pos_column if ref else None)
+                if round_ == 0:
+                    state[system] = trained
+                else:
+                    Path(trained["model_path"]).unlink(missing_ok=True)
+                    shutil.rmtree(trained["featurizer_dir"], ignore_errors=True)
+            runs[system].append((trained["train_s"], trained["peak_rss_mb"]))
+            temperature = trained.get("temperature") if system != "gpseq" else None
+            print(f"    {system}: {trained['train_s']:.1f} s, {trained['peak_rss_mb']:,.0f} MB"
+                  + (f" (T = {temperature:.3f})" if temperature is not None else ""), flush=True)
+    trained = load_tagger(state["gpseq"]["model_dir"])
     chosen = trained.scores or {}  # what the default training chose: prior (σ²/λ/σ²_P) and T
     state["gpseq"]["temperature"] = (chosen.get("calibration") or {}).get("temperature")
     state["gpseq"]["prior"] = "/".join(f"{chosen[key]:g}" for key in ("prior_variance", "l1", "pairwise_prior_variance")
                                        if key in chosen)
     state["gpseq"]["decode"] = trained.config.decode  # the decoder the training kept (viterbi / max-marginal)
-    print(f"    {state['gpseq']['train_s']:.1f} s; CRFsuite …", flush=True)
-    state["crfsuite"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf", tempered=False)
-    print(f"    {state['crfsuite']['train_s']:.1f} s; CRFsuite + T …", flush=True)
-    state["crfsuite_t"] = train_crf(train_file, read_options, feature_config, workdir, f"{tag}.crf_t", tempered=True)
-    print(f"    {state['crfsuite_t']['train_s']:.1f} s (T = {state['crfsuite_t']['temperature']:.3f}); testing …",
-          flush=True)
-    return test_all(state, test), state
+    for system in systems:
+        times, rss = [t for t, _ in runs[system]], [r for _, r in runs[system]]
+        state[system].update(train_s=statistics.median(times), peak_rss_mb=statistics.median(rss))
+        if repeats > 1:
+            state[system].update(train_s_runs=times, peak_rss_mb_runs=rss)
+    print("  testing …", flush=True)
+    return test_all(state, test, systems), state
 
 
-def test_all(state: dict, test) -> dict:
+def test_all(state: dict, test, systems=BASE_SYSTEMS) -> dict:
     metrics = {"gpseq": test_gpseq(state["gpseq"]["model_dir"], test)}
-    for system in ("crfsuite", "crfsuite_t"):
+    for system in systems[1:]:
         metrics[system] = test_crf(state[system], test)
-    for system in SYSTEMS:
-        for key in ("train_s", "peak_rss_mb", "model_mb", "temperature", "prior", "decode"):
+    for system in systems:
+        for key in TRAINING_KEYS:
             if state[system].get(key) is not None:
                 metrics[system][key] = state[system][key]
         metrics[system]["score"] = score_of(metrics[system])
@@ -391,7 +473,7 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
         test = test[:QUICK_TEST]
     if spec.source is not None:  # domain shift: reuse the source corpus's trained systems
         source = states[spec.source]
-        metrics = test_all(source["state"], test)
+        metrics = test_all(source["state"], test, [s for s in SYSTEMS if s in source["state"]])
         data = {"source": spec.source, "train_sentences": source["train_sentences"]}
         command = source["command"]
     else:
@@ -402,11 +484,15 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
             train_file = workdir / f"{spec.name}.train{spec.train.suffix}"
             write_conll(train_file, train, encoding=spec.encoding)
         metrics, state = run_systems(train_file, {"label_column": spec.label_column, "encoding": spec.encoding},
-                                     train, test, spec.features, spec.cli_extras(), workdir, spec.name)
+                                     train, test, spec.features, spec.cli_extras(), workdir, spec.name,
+                                     reference=True, pos_column=spec.pos_column, repeats=args.repeats)
         command = state["gpseq"]["command"]
         states[spec.name] = {"state": state, "train_sentences": len(train), "command": command}
         data = {"train_sentences": len(train), "train_tokens": sum(len(s) for s in train),
-                "dev_sentences_crfsuite_t": state["crfsuite_t"]["dev_sentences"]}
+                "dev_sentences_crfsuite_t": state["crfsuite_t"]["dev_sentences"],
+                "dev_sentences_crfsuite_ref_t": state["crfsuite_ref_t"]["dev_sentences"],
+                "repeats": args.repeats}
+    data["reference_pos_column"] = spec.pos_column
     data.update(test_file=str(spec.test), test_sentences=len(test), test_tokens=sum(len(s) for s in test),
                 features=spec.features)
     significance = bootstrap(spec.name, metrics)
@@ -428,7 +514,8 @@ def run_small(name: str, args, workdir: Path) -> dict:
         train_file = workdir / f"{tag}.train.data"
         write_conll(train_file, train, encoding=encoding)
         metrics, state = run_systems(train_file, {"label_column": -1, "encoding": encoding}, train, test, features,
-                                     extras, workdir, tag)
+                                     extras, workdir, tag, reference=True, pos_column=SMALL_POS[name],
+                                     repeats=args.repeats)
         command = state["gpseq"]["command"]
         for values in metrics.values():
             values.pop("outcomes")  # means over folds: no bootstrap of one test set
@@ -444,7 +531,8 @@ def run_small(name: str, args, workdir: Path) -> dict:
             values = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
             if len(values) == len(per_fold):
                 mean[system][key] = float(np.mean(values))
-    data = {"n_folds": len(per_fold), "n_seq": n_seq, "pool_sentences": len(pool), "features": features}
+    data = {"n_folds": len(per_fold), "n_seq": n_seq, "pool_sentences": len(pool), "features": features,
+            "repeats": args.repeats, "reference_pos_column": SMALL_POS[name]}
     out = flatten(corpus, mean, data, command)
     for system in SYSTEMS:
         for key in ("token_nll", "token_error"):
@@ -465,10 +553,10 @@ ROWS = (  # (metric, label, format)
     ("aurc", "AURC", lambda v: f"{v:.5f}"),
     ("error_at_90", "error at 90 % coverage", lambda v: f"{v:.4f}"),
     ("token_error", "token error", lambda v: f"{v:.4f}"),
-    ("train_s", "train s", lambda v: f"{v:.1f}"),
+    ("train_s", "train s (median)", lambda v: f"{v:.1f}"),
     ("tag_tokens_per_s", "tag tokens/s", lambda v: f"{v:,.0f}"),
     ("tag_warmup_s", "tag warm-up s", lambda v: f"{v:.1f}"),
-    ("peak_rss_mb", "peak RSS MB (training)", lambda v: f"{v:,.0f}"),
+    ("peak_rss_mb", "peak train RSS MB (median)", lambda v: f"{v:,.0f}"),
     ("model_mb", "model MB", lambda v: f"{v:.2f}"),
     ("temperature", "temperature T", lambda v: f"{v:.3f}"),
     ("prior", "prior σ²/λ/σ²_P chosen", str),
@@ -479,12 +567,24 @@ ROWS = (  # (metric, label, format)
 def table(corpus: str, results: dict) -> str:
     data = {k.split("/", 2)[2]: v for k, v in results.items() if k.startswith(f"{corpus}/data/")}
     head = ", ".join(f"{k} {v}" for k, v in data.items() if k != "test_file")
-    lines = [f"== {corpus}  ({head})", f"{'':<26}" + "".join(f"{s:>14}" for s in SYSTEMS)]
+    lines = [f"== {corpus}  ({head})", f"{'':<26}" + "".join(f"{s:>15}" for s in SYSTEMS)]
     for name, label, fmt in ROWS:
         cells = [results.get(f"{corpus}/{s}/{name}") for s in SYSTEMS]
         if all(c is None for c in cells):
             continue
-        lines.append(f"{label:<26}" + "".join(f"{fmt(c) if c is not None else '-':>14}" for c in cells))
+        lines.append(f"{label:<26}" + "".join(f"{fmt(c) if c is not None else '-':>15}" for c in cells))
+    for name, label, fmt in (("train_s_runs", "train s", "{:.1f}"), ("peak_rss_mb_runs", "peak RSS MB", "{:,.0f}")):
+        cells = [(s, results.get(f"{corpus}/{s}/{name}")) for s in SYSTEMS]
+        if any(c for _, c in cells):
+            lines.append(f"{label}, every run (alternated, in order): "
+                         + "; ".join(f"{s} " + " ".join(fmt.format(v) for v in c) for s, c in cells if c))
+    shown = {key: results.get(f"{corpus}/ratio/{key}") for key in RATIOS}
+    if any(v is not None for v in shown.values()):
+        cell = lambda v: f"{v:.2f}×" if v is not None else "-"  # noqa: E731
+        lines.append(f"{'gpseq ÷ CRFsuite (training)':<26}{'gpseq features':>18}{'reference features':>20}")
+        for metric, label in (("train_s", "wall time"), ("peak_rss_mb", "peak RSS")):
+            lines.append(f"{'  ' + label:<26}{cell(shown[f'{metric}_gpseq_over_crfsuite']):>18}"
+                         f"{cell(shown[f'{metric}_gpseq_over_crfsuite_ref']):>20}")
     for peer in BOOTSTRAPPED:
         prefix = f"{corpus}/gpseq_minus_{peer}/"
         cells = [f"{k[len(prefix):]} {d:+.5f} [{low:+.5f}, {high:+.5f}]"
@@ -496,6 +596,57 @@ def table(corpus: str, results: dict) -> str:
         lines.append("targets: " + ", ".join(f"{k} {'yes' if v else ('-' if v is None else 'NO')}"
                                               for k, v in targets.items()))
     return "\n".join(lines)
+
+
+RATIOS = tuple(f"{metric}_gpseq_over_{peer}" for metric in ("train_s", "peak_rss_mb")
+               for peer in ("crfsuite", "crfsuite_ref"))
+
+
+def ratios(corpus: str, results: dict) -> dict:
+    """`<corpus>/ratio/<metric>_gpseq_over_<peer>`: gpseq's training wall time / peak RSS over
+    CRFsuite's (gpseq's features: crfsuite; reference features: crfsuite_ref), the whole processes."""
+    out = {}
+    for metric in ("train_s", "peak_rss_mb"):
+        for peer in ("crfsuite", "crfsuite_ref"):
+            ours, theirs = results.get(f"{corpus}/gpseq/{metric}"), results.get(f"{corpus}/{peer}/{metric}")
+            if ours is not None and theirs:
+                out[f"{corpus}/ratio/{metric}_gpseq_over_{peer}"] = ours / theirs
+    return out
+
+
+def reference_counts(results: dict, done: list[str]) -> dict:
+    """Against the reference CRFsuite (crfsuite_ref), per corpus with its own training file (not
+    small-*, not shift-*): `wins/<corpus>/train_s_le_1x_crfsuite_ref` and
+    `wins/<corpus>/peak_rss_le_crfsuite_ref`; and their counts "k/n" over those of at least
+    MIN_COUNTED_TOKENS training tokens (`wins/reference_count/...`; the others are listed as excluded)."""
+    out: dict = {}
+    counted, excluded = [], []
+    tally = {"train_s_le_1x_crfsuite_ref": 0, "peak_rss_le_crfsuite_ref": 0}
+    for corpus in done:
+        if corpus.startswith(("small-", "shift-")):
+            continue
+        get = lambda system, metric: results.get(f"{corpus}/{system}/{metric}")  # noqa: E731
+        values = {"train_s_le_1x_crfsuite_ref": (get("gpseq", "train_s"), get("crfsuite_ref", "train_s")),
+                  "peak_rss_le_crfsuite_ref": (get("gpseq", "peak_rss_mb"), get("crfsuite_ref", "peak_rss_mb"))}
+        if any(v is None for pair in values.values() for v in pair):
+            continue
+        tokens = results.get(f"{corpus}/data/train_tokens") or 0
+        (counted if tokens >= MIN_COUNTED_TOKENS else excluded).append(corpus)
+        for target, (ours, theirs) in values.items():
+            out[f"wins/{corpus}/{target}"] = won = bool(ours <= theirs)
+            if tokens >= MIN_COUNTED_TOKENS:
+                tally[target] += won
+    if counted or excluded:
+        n = len(counted)
+        out["wins/reference_count/corpora"] = counted
+        out[f"wins/reference_count/excluded_under_{MIN_COUNTED_TOKENS}_tokens"] = excluded
+        for target, k in tally.items():
+            out[f"wins/reference_count/{target}"] = f"{k}/{n}"
+        out["wins/reference_count/summary"] = [
+            f"default training ≤ 1.0× reference CRFsuite on {tally['train_s_le_1x_crfsuite_ref']}/{n} corpora of "
+            f"≥ {MIN_COUNTED_TOKENS:,} training tokens",
+            f"peak training RSS ≤ reference CRFsuite's on {tally['peak_rss_le_crfsuite_ref']}/{n}"]
+    return out
 
 
 def refuse_tracked(path: Path) -> None:
@@ -514,7 +665,14 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep models and logs here (default: a temporary folder)")
     parser.add_argument("--small-features", choices=("template", "preset"), default="template",
                         help="small-scale protocol: the set's CRF++ template (the seed's) or the preset")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help=f"alternated rounds of the training processes; timings are the medians "
+                             f"(default {DEFAULT_REPEATS}, with --quick 1)")
     args = parser.parse_args()
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else DEFAULT_REPEATS
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.quick and args.json is not None:
         refuse_tracked(args.json)
     from multiprocessing import forkserver
@@ -570,6 +728,9 @@ def main() -> None:
     for target, values in per_target.items():
         results[f"wins/every_corpus/{target}"] = all(v is True for v in values)
         results[f"wins/count/{target}"] = f"{sum(v is True for v in values)}/{len(values)}"
+    for corpus in done:
+        results.update(ratios(corpus, results))
+    results.update(reference_counts(results, done))
     small_done = [c for c in done if c.startswith("small-")]
     if small_done:
         n_nll = sum(results[f"wins/{c}/nll_below_crfsuite"] for c in small_done)
@@ -592,6 +753,15 @@ def main() -> None:
         if key.startswith(("wins/every_corpus/", "wins/count/", "wins/small-scale/", "significance/count/")) \
                 or key.endswith("/error"):
             print(f"{key}: {value}")
+    for corpus in done:
+        if results.get(f"{corpus}/ratio/train_s_gpseq_over_crfsuite_ref") is not None:
+            print(f"{corpus}: gpseq_train_s / crfsuite_ref_train_s = "
+                  f"{results[f'{corpus}/ratio/train_s_gpseq_over_crfsuite_ref']:.2f}")
+    for line in results.get("wins/reference_count/summary", []):
+        print(line)
+    excluded = results.get(f"wins/reference_count/excluded_under_{MIN_COUNTED_TOKENS}_tokens")
+    if excluded:
+        print(f"  (reported, not counted: {', '.join(excluded)}, under {MIN_COUNTED_TOKENS:,} training tokens)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
