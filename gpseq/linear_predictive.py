@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpseq.cancellation import CHECK_STEPS, check_cancelled
 from gpseq.features.padded import ranges
 from gpseq.structured.spans import ChainPosterior
 from gpseq.training.calibration import calibrated_potentials
@@ -113,6 +114,8 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray) -> np.
     final = score.copy()  # at each sentence's last token
     back = np.zeros((B, T, V), np.int32)
     for t in range(1, T):
+        if t % CHECK_STEPS == 0:
+            check_cancelled()
         n = int(running[t])
         candidates = score[:n, :, None] + pairwise[None]  # [n, V from, V to]
         best = candidates.argmax(1)  # [n, V]

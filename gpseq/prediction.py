@@ -14,6 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from gpseq._tensorflow import check_not_forked
+from gpseq.cancellation import check_cancelled
 from gpseq.training.batching import SequenceData, batch_signature, make_batch, sequence_windows, token_batches
 
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
@@ -65,6 +66,7 @@ class Predictor:
         budget = batch_tokens(mean, samples)
         short = np.flatnonzero(data.lengths <= max_tokens)
         for ids in token_batches(data.lengths[short], budget, batch_size):
+            check_cancelled()
             marg, path, logp, posterior = self._batch(data, short[ids], mean, samples, draws, chains)
             yield (short[ids], marg, path, logp, posterior) if chains else (short[ids], marg, path, logp)
         for index in np.flatnonzero(data.lengths > max_tokens):
@@ -73,6 +75,7 @@ class Predictor:
             pieces = data.slices(start + windows[:, 0], start + windows[:, 1])
             marg = path = unary = pairwise = weights = None
             for ids in token_batches(pieces.lengths, budget, batch_size):
+                check_cancelled()
                 window_marg, window_path, _, window = self._batch(pieces, ids, mean, samples, draws,
                                                                   chains)
                 if marg is None:
@@ -130,6 +133,7 @@ class Predictor:
         out = np.zeros(len(data))
         clipped = SequenceData(pieces.rows, pieces.offsets, np.maximum(pieces.label_ids, 0))  # unseen: −inf below
         for ids in token_batches(pieces.lengths, batch_tokens(mean, samples), batch_size):
+            check_cancelled()
             if mean and self.linear is not None:
                 logp = self.linear.log_probs(clipped, ids)
             else:

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from gpseq.cancellation import check_cancelled, stopping_when
 from gpseq.config import TaggerConfig, check_window
 from gpseq.corpora.types import UNLABELLED, Sentence
 from gpseq.errors import ConfigError, GpseqError
@@ -307,7 +308,8 @@ class Tagger:
 
     def tag(self, sentences: Iterable, *, samples: int | None = None, mean: bool | None = None,
             decode: str | None = None, batch_size: int = 256, max_tokens: int | None = None,
-            spans: str = "exact", nbest: int = 0, abstain_below: float | None = None) -> list[TaggedSentence]:
+            spans: str = "exact", nbest: int = 0, abstain_below: float | None = None,
+            should_stop: Callable[[], bool] | None = None) -> list[TaggedSentence]:
         """Label tokenised sentences: labels, per-token marginals and the path's log-probability.
 
         Marginals are the model's calibrated predictive (deterministic by default, `mean=True`
@@ -341,17 +343,23 @@ class Tagger:
         sentence's Viterbi path near a cut. Its `sequence_log_prob` is Σ_windows log p(path part)
         − Σ_shared parts log p(path part), each computed on that stretch alone: the path's score is
         exact and log Z is approximated by the windows' (exact for the chain if the windows'
-        distributions were the whole sentence's)."""
+        distributions were the whole sentence's).
+
+        `should_stop`: a function the prediction calls between batches and every few hundred chain
+        steps (`gpseq.cancellation`); once it returns True, `tag` raises `Cancelled` at that check
+        (the service stops the call of requests that timed out)."""
         sentences = _as_sentences(sentences)
         options = TagOptions.checked(decode or self.config.decoder, spans, nbest, abstain_below, self.span_scheme)
         results: list[TaggedSentence | None] = [None] * len(sentences)
-        for ids, marg, path, logp, *rest in self.predict_batches(sentences, samples=samples, mean=mean,
-                                                                 batch_size=batch_size, max_tokens=max_tokens,
-                                                                 chains=options.needs_chains):
-            batch = [sentences[index] for index in ids]
-            tagged = tag_batch(batch, marg, path, logp, rest[0] if rest else None, self.labels, options)
-            for index, result in zip(ids, tagged):
-                results[index] = result
+        with stopping_when(should_stop):
+            check_cancelled()
+            for ids, marg, path, logp, *rest in self.predict_batches(sentences, samples=samples, mean=mean,
+                                                                     batch_size=batch_size, max_tokens=max_tokens,
+                                                                     chains=options.needs_chains):
+                batch = [sentences[index] for index in ids]
+                tagged = tag_batch(batch, marg, path, logp, rest[0] if rest else None, self.labels, options)
+                for index, result in zip(ids, tagged):
+                    results[index] = result
         return results  # type: ignore[return-value]
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from gpseq.cancellation import check_cancelled
 from gpseq.errors import ConfigError
 
 __all__ = ["TaggedSentence", "TagOptions", "tag_batch", "given_span_probabilities", "DECODERS"]
@@ -178,8 +179,9 @@ def span_f1_decode(scheme, label_index: dict[str, int], posterior, lengths):
     queries, probs = posterior.spans_from(scheme, starts, min_prob=SPAN_F1_MIN_PROB)
     found, best = [], []
     for b, T in enumerate(lengths):
+        check_cancelled()
         mine = queries[:, 0] == b
-        candidates = [(int(c), int(i), int(j), float(p)) for (_, c, i, j), p in zip(queries[mine], probs[mine])]
+        candidates = list(zip(*queries[mine, 1:].T.tolist(), probs[mine].tolist()))  # (c, i, j, P)
         chosen = max_expected_f1_spans(candidates, expected_gold=float(probs[mine].sum()))
         lookup = {(c, i, j): p for c, i, j, p in candidates}
         chunks = [(scheme.types[c], i, j, lookup[(c, i, j)]) for c, i, j in chosen]

@@ -1,7 +1,8 @@
 """`gpseq serve` against hostile clients and killed processes (gpseq/serve/).
 
-- work of requests that timed out is skipped (the batch worker, then a real server with a 1 s
-  timeout and twelve heavy requests: nbest 20 on a 20,000-token sentence);
+- work of requests that timed out is skipped, and a running prediction call of such requests
+  only stops (the batch worker, then a real server with a 1 s timeout and twelve heavy requests:
+  nbest 20 on a 20,000-token sentence);
 - clients that send their headers or body slowly, or headers without end, are answered 408 / 431
   and dropped after the stated timeout;
 - error replies quote no more than a bound of what the client sent and no exception text (a
@@ -130,16 +131,25 @@ def metric(text: str, name: str) -> float:
 
 # ---- requests that timed out are abandoned --------------------------------------------------------------
 class SlowTagger:
-    """Tags each sentence with its length, taking `seconds_per_token` per token; records each call."""
+    """Tags each sentence with its length, taking `seconds_per_token` per token; records each call.
+    Like `Tagger.tag` it asks `should_stop` along the way (every 10 ms) and raises `Cancelled` when
+    told to; `stopped` holds the index of each call that stopped so."""
 
     def __init__(self, seconds_per_token: float = 0.0):
-        self.seconds_per_token, self.calls = seconds_per_token, []
+        self.seconds_per_token, self.calls, self.stopped = seconds_per_token, [], []
         self.entered = threading.Event()
 
-    def tag(self, sentences, **options):
+    def tag(self, sentences, should_stop=None, **options):
+        from gpseq.cancellation import Cancelled
+
         self.calls.append([len(s) for s in sentences])
         self.entered.set()
-        time.sleep(self.seconds_per_token * sum(map(len, sentences)))
+        end = time.monotonic() + self.seconds_per_token * sum(map(len, sentences))
+        while (left := end - time.monotonic()) > 0:
+            if should_stop is not None and should_stop():
+                self.stopped.append(len(self.calls) - 1)
+                raise Cancelled
+            time.sleep(min(left, 0.01))
         return [len(s) for s in sentences]
 
 
@@ -167,6 +177,33 @@ def test_the_batch_worker_skips_requests_whose_caller_stopped_waiting():
     assert all(future.cancelled() for future in heavy)
 
 
+def test_a_running_call_stops_once_every_request_it_serves_is_abandoned():
+    """A call merging a request that timed out with one still waiting runs to its end and answers
+    the waiting one; a call of abandoned requests only stops at its next check (not counted in the
+    batch metrics) and the next request is answered at once, not after the 2 s that call had left."""
+    from gpseq.serve.batching import MicroBatcher
+
+    tagger, counted = SlowTagger(seconds_per_token=0.5 / 1000), []
+    batcher = MicroBatcher(tagger, max_batch_tokens=10_000, max_wait=0.2, on_batch=counted.append).start()
+    try:
+        gone, waiting = (batcher.submit([["w"] * 1000], {}, mergeable=True) for _ in range(2))
+        assert tagger.entered.wait(WAIT)
+        gone.cancel()
+        assert waiting.result(WAIT) == [1000]
+        tagger.entered.clear()
+        heavy = batcher.submit([["w"] * 4000], {}, mergeable=False)  # alone: 2 s
+        assert tagger.entered.wait(WAIT)
+        heavy.cancel()
+        began = time.monotonic()
+        assert batcher.submit([["a", "b"]], {}, mergeable=True).result(WAIT) == [2]
+        waited = time.monotonic() - began
+    finally:
+        batcher.stop(WAIT)
+    assert tagger.calls == [[1000, 1000], [4000], [2]] and tagger.stopped == [1]
+    assert [stats.tokens for stats in counted] == [2000, 2]
+    assert waited < 0.2 + 0.5, waited  # its batch's wait for company, and a loaded machine
+
+
 def test_a_request_over_the_batch_limits_is_tagged_in_pieces_until_abandoned():
     from gpseq.serve.batching import MicroBatcher, pieces
 
@@ -192,9 +229,9 @@ def test_a_request_over_the_batch_limits_is_tagged_in_pieces_until_abandoned():
 
 def test_heavy_requests_past_the_timeout_do_not_hold_up_the_next_one(single):
     """Twelve requests of nbest 20 on a 20,000-token sentence, each several times the 1 s timeout,
-    sent together (one batch, merged as before into one call of 240,000 tokens): 504 for each, at
-    most the prediction call in progress is finished (the tokens tagged show how many were), and a
-    small request is answered within ~1 s of that call's end."""
+    sent together: 504 for each, the prediction call in progress stops once its request has timed
+    out (no heavy one is tagged to its end), and a small request sent right after the 504s is
+    answered within 1 s."""
     import httpx
 
     _, url, _ = single
@@ -202,26 +239,23 @@ def test_heavy_requests_past_the_timeout_do_not_hold_up_the_next_one(single):
     with ThreadPoolExecutor(12) as pool:
         replies = list(pool.map(lambda _: httpx.post(url + "/tag", content=HEAVY, timeout=WAIT,
                                                      headers={"Content-Type": "application/json"}), range(12)))
-    timed_out = time.monotonic()
     statuses = [reply.status_code for reply in replies]
     assert statuses.count(504) >= 10, statuses  # all of them, unless a machine tags one in less than 1 s
-    while True:  # each try waits at most the 1 s timeout
-        reply = httpx.post(url + "/tag", json=SMALL, timeout=WAIT)
-        if reply.status_code == 200:
-            break
-        assert reply.status_code == 504, reply.text
-        assert time.monotonic() - timed_out < WAIT, "no small request answered in 60 s"
-    waited = time.monotonic() - timed_out
+    sent = time.monotonic()
+    reply = httpx.post(url + "/tag", json=SMALL, timeout=WAIT)
+    waited = time.monotonic() - sent
+    # 1 s: the issue's bound, of which the batch's 500 ms wait for company (--max-wait-ms) is half;
+    # 0.5 s for a loaded 2-core machine (a stopped call runs ~30 ms past its request's timeout). Its
+    # own 1 s timeout makes a 504 of a small request held up by a heavy call also come within 1.5 s.
+    assert reply.status_code == 200 and waited < 1.0 + 0.5, (reply.status_code, waited)
     after = httpx.get(url + "/metrics", timeout=WAIT).text
     tokens = metric(after, "gpseq_tokens_tagged_total") - metric(before, "gpseq_tokens_tagged_total")
-    calls_seconds = (metric(after, "gpseq_batch_duration_seconds_sum")
-                     - metric(before, "gpseq_batch_duration_seconds_sum"))
-    n_heavy = int(tokens // 20_000)  # (and small ones of 4 tokens)
-    assert n_heavy <= 2, tokens  # the call in progress when they timed out (and the next, on a fast machine)
-    # the heavy calls ended before the small one started: it waited for them only, ~1 s beyond at most
-    assert waited < calls_seconds + SLACK, (waited, calls_seconds)
-    print(f"\n12 heavy requests: {statuses.count(504)} × 504; {n_heavy} tagged in {calls_seconds:.2f} s; "
-          f"the small request answered {waited:.2f} s after the 504s")
+    n_heavy = int(tokens // 20_000)  # (and the small one's 4 tokens)
+    # a stopped call tags (and counts) nothing: the heavy ones tagged are those answered, and one more
+    # where a call ends just as its request times out
+    assert n_heavy <= 12 - statuses.count(504) + 1, tokens
+    print(f"\n12 heavy requests: {statuses.count(504)} × 504; {n_heavy} tagged; "
+          f"the small request sent after the 504s answered in {waited:.2f} s")
 
 
 # ---- slow and endless clients -------------------------------------------------------------------------

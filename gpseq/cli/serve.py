@@ -41,8 +41,8 @@ Workers end with the command, even when it is killed. An address that a
 server listens on already is refused (exit 1).
 
 Timeouts: a request not tagged within --timeout gets 504 and is dropped from
-the work still to do (the prediction call it is in, at most
---max-batch-tokens tokens, runs to its end). A connection that does not send a
+the work still to do (the prediction call it is in stops at its next check
+unless it also serves requests still waiting). A connection that does not send a
 request's headers within --header-timeout, or its body within --body-timeout,
 gets 408 and is closed.
 

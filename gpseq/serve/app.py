@@ -309,7 +309,7 @@ def create_app(models: dict[str, ServedModel], settings: ServeSettings | None = 
         try:
             content = await asyncio.wait_for(asyncio.wrap_future(future), settings.request_timeout)
         except asyncio.TimeoutError:
-            future.cancel()  # abandoned: the batch worker skips it before its next prediction call
+            future.cancel()  # abandoned: the batch worker skips it, and stops a call that serves only abandoned ones
             raise RequestError(504, f"not tagged within {settings.request_timeout:g} s (the request timeout)") \
                 from None
         except GpseqError as error:

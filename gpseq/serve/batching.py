@@ -12,9 +12,12 @@ cancels its future, which stays pending until the worker sets its result, so the
 takes. The worker skips such a request: when it takes it from the queue, before each group of a
 batch, and before each piece of a request larger than the batch limits (tagged in pieces of at
 most `max_batch_sentences` sentences and `max_batch_tokens` tokens). A prediction call that has
-started runs to its end (it cannot be interrupted), so what a timed-out request still costs is at
-most the call it is in: twelve heavy requests past their timeout delay the next one by the
-current call, not by twelve.
+started stops once every request it serves is abandoned: `Tagger.tag` gets a `should_stop` that
+says so and raises `Cancelled` at its next check (between batches and every few hundred chain
+steps, `gpseq.cancellation`), and the worker moves on with nothing more to answer. So heavy
+requests past their timeout delay the next one by the stretch to that check, not by the rest of
+their call: milliseconds for the default model (its NumPy predictive checks within a batch too),
+at most one compiled batch of `prediction.PREDICT_TOKENS` tokens for the other models.
 
 Which requests merge: those of one deterministic predictive (one call with the same options).
 A Monte Carlo request (`samples`, or a model whose default predictive is Monte Carlo) is tagged
@@ -36,6 +39,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from gpseq.cancellation import Cancelled
 
 log = logging.getLogger("gpseq.serve")
 
@@ -224,6 +229,8 @@ class MicroBatcher:
         retried request by request, so that one request's failure is only its own."""
         try:
             results = self._call(jobs, [sentence for job in jobs for sentence in job.sentences])
+        except Cancelled:  # every one of them abandoned
+            return
         except Exception:  # noqa: BLE001  (whose request was it? each alone)
             for job in jobs:
                 if not job.abandoned:
@@ -247,15 +254,19 @@ class MicroBatcher:
                 return
             try:
                 results += self._call([job], job.sentences[part])
+            except Cancelled:  # abandoned during the call
+                return
             except Exception as error:  # noqa: BLE001  (reported to the request, never kills the worker)
                 self._resolve(job, error=error)
                 return
         self._finish(job, results)
 
     def _call(self, jobs: list[Job], sentences: list) -> list:
-        """`Tagger.tag` on the sentences of `jobs` (one group: the same options), counted."""
+        """`Tagger.tag` on the sentences of `jobs` (one group: the same options), counted; `Cancelled`
+        (not counted) once every one of `jobs` is abandoned."""
         began = time.perf_counter()
-        results = self.tagger.tag(sentences, batch_size=self.max_batch_sentences, **jobs[0].options)
+        results = self.tagger.tag(sentences, batch_size=self.max_batch_sentences,
+                                  should_stop=lambda: all(job.abandoned for job in jobs), **jobs[0].options)
         seconds = time.perf_counter() - began
         if self.on_batch is not None:  # before the replies, so that a reply's metrics are already counted
             try:

@@ -29,8 +29,8 @@ class ServeSettings:
     max_sample_tokens: int = 50_000
     max_nbest: int = 20  # label sequences a request may ask for (nbest)
     max_batch_sentences: int = 256  # sentences of one prediction call
-    # tokens of one prediction call (a longer sentence is a call of its own): the work a request that
-    # timed out can still cost, since a call runs to its end and only the calls after it are skipped
+    # tokens of one prediction call (a longer sentence is a call of its own); a call stops at its
+    # next check once every request it serves has timed out, and the calls after it are skipped
     max_batch_tokens: int = 8_192
     max_wait: float = 0.005  # seconds a batch waits for more requests once the queue is empty
     max_queue: int = 128  # requests waiting for a prediction batch, per model

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpseq.cancellation import CHECK_STEPS, check_cancelled
 from gpseq.corpora.schemes import _chunk_ends, _chunk_starts, normalise_scheme, split_label
 from gpseq.errors import ConfigError
 
@@ -138,7 +139,9 @@ class ChainPosterior:
     """R weighted linear chains over a padded batch, with their forward–backward messages (float64).
 
     unary `[R, B, T, V]` (or `[B, T, V]` for R = 1), pairwise `[R, V, V]` (or `[V, V]`),
-    lengths `[B]` (0 allowed: an empty sentence), weights `[R]` (default uniform)."""
+    lengths `[B]` (0 allowed: an empty sentence), weights `[R]` (default uniform). Its loops over
+    chain steps call `check_cancelled` (`gpseq.cancellation`): every CHECK_STEPS steps where a step
+    is one token of the batch, every step where it is a pass over every query of the batch."""
 
     def __init__(self, unary, pairwise, lengths, weights=None):
         unary = np.asarray(unary, dtype=np.float64)
@@ -173,12 +176,16 @@ class ChainPosterior:
         log_alpha = np.empty_like(self.unary)
         log_alpha[:, :, 0] = self.unary[:, :, 0]
         for t in range(1, T):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
             log_alpha[:, :, t] = _log_matmul(log_alpha[:, :, t - 1], self.transition) + shift[..., None] \
                 + self.unary[:, :, t]
         log_beta = np.zeros_like(self.unary)
         transposed = np.swapaxes(self.transition, 1, 2)
         last = np.maximum(self.lengths - 1, 0)
         for t in range(T - 2, -1, -1):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
             inside = (t < last)[None, :, None]  # β_t is a message only before the last token
             step = _log_matmul(self.unary[:, :, t + 1] + log_beta[:, :, t + 1], transposed) + shift[..., None]
             log_beta[:, :, t] = np.where(inside, step, 0.0)
@@ -252,6 +259,8 @@ class ChainPosterior:
         keep = (np.arange(V)[:, None] * k + np.arange(k)[None, :])[None]  # identity pointer [1, V, k]
         into = np.repeat(pairwise.T, k, axis=1)[None]  # [1, V, V·k]: W(i, j) at [j, i·k + r]
         for t in range(1, T):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
             candidates = delta.reshape(B, 1, V * k) + into  # [B, V, V·k]: next label j, (previous label, rank)
             order = top_k(candidates, k)  # [B, V, k]
             best = np.take_along_axis(candidates, order, axis=-1)
@@ -264,6 +273,8 @@ class ChainPosterior:
         paths = np.zeros((B, k, T), dtype=np.int64)
         state = top
         for t in range(T - 1, -1, -1):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
             label = state // k
             paths[:, :, t] = label
             state = np.take_along_axis(back[t].reshape(B, V * k), state, axis=1)
@@ -326,6 +337,7 @@ class ChainPosterior:
         shift = self.pair_shift[..., 0][..., None]
         steps = int(length[0])
         for k in range(steps):
+            check_cancelled()  # each step is one vectorised pass over every query still running
             if k:
                 active = int(np.searchsorted(-length, -k, side="left"))  # queries longer than k
                 message = _log_matmul(message[:, :active], continues) + shift \
@@ -351,6 +363,7 @@ class ChainPosterior:
         alive = np.arange(len(starts))
         k = 0
         while len(alive):
+            check_cancelled()  # each step is one vectorised pass over every start still running
             j = i[alive] + k + 1
             end = self._end_factors(scheme, b[alive], j)
             log_p = np.minimum(_logsumexp(message + end, axis=-1) - self.log_z[:, b[alive]], 0.0)  # [R, n]
@@ -416,6 +429,7 @@ def max_expected_f1_spans(candidates: Sequence[tuple[int, int, int, float]], exp
 
     threshold, chosen = 0.5, []
     for _ in range(iterations):
+        check_cancelled()
         chosen = best_set(threshold)
         gain = sum(p for *_, p in chosen)
         denominator = len(chosen) + expected_gold
