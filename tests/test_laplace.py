@@ -823,3 +823,79 @@ def test_gpseq_train_reports_the_decoder_it_kept_with_both_held_out_scores(sampl
     assert row.group(1) == chosen and row.group(3) == ({"viterbi", "max-marginal"} - {chosen}).pop()
     assert float(row.group(2)) == pytest.approx(scores[chosen], abs=6e-5)
     assert float(row.group(4)) == pytest.approx(scores[row.group(3)], abs=6e-5)
+
+
+def _elastic_net_gradients(data, fit, D, V, prior_variance, pairwise_variance, bias_variance):
+    """∂/∂(w on the support, b, P) of −log p(y | x) + the Gaussian log prior at `fit`, by TensorFlow
+    autodiff of the chain likelihood (independent of the NumPy objective)."""
+    support = fit.support
+    batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
+    w_obs, b, p = (tf.Variable(fit.weights), tf.Variable(fit.bias), tf.Variable(fit.pairwise))
+    with tf.GradientTape() as tape:
+        w = tf.reshape(tf.scatter_nd(support[:, None], w_obs, [D * V]), [D, V])
+        unary = b + tf.einsum("btf,btfv->btv", batch["values"], tf.gather(tf.gather(w, batch["feature_ids"]),
+                                                                          batch["indices"]))
+        smooth = (-tf.reduce_sum(chain.log_likelihood(batch["labels"], unary, p, batch["lengths"]))
+                  + 0.5 * tf.reduce_sum(w_obs**2) / prior_variance + 0.5 * tf.reduce_sum(p**2) / pairwise_variance
+                  + 0.5 * tf.reduce_sum(b**2) / bias_variance)
+    return (g.numpy() for g in tape.gradient(smooth, [w_obs, b, p]))
+
+
+def test_a_fit_preconditioned_by_its_starts_fisher_reaches_the_elastic_net_optimum_of_its_own_prior():
+    """A fit started from another prior's fit, on a corpus with more sentences (a wider support),
+    runs its L-BFGS in coordinates scaled by the start's Fisher diagonal: what it reaches must
+    still be the optimum of its own objective, by the optimality conditions from autodiff."""
+    rng = np.random.default_rng(5)
+    data = _synthetic(rng, n_seq=30, D=40, max_len=3)
+    D, V, strength = data.rows.shape[1], 3, 0.3
+    groups = np.zeros(D, np.int64)
+    part = data.subset(np.arange(20))
+    first = fit_laplace(NumpyChainObjective(part, V, dtype="float64"), groups, ["all"], prior_variance=8.0,
+                        pairwise_prior_variance=1.0, bias_prior_variance=5.0, l1=1.0, max_iterations=300)
+    assert first.fisher is not None and len(first.fisher[1]) == len(first.support)
+    objective = NumpyChainObjective(data, V, dtype="float64")
+    assert len(objective.support) > len(first.support)
+    fit = fit_laplace(objective, groups, ["all"], prior_variance=2.0, pairwise_prior_variance=2.0,
+                      bias_prior_variance=5.0, l1=strength, max_iterations=2000, tolerance=0.0, start=first)
+    g_w, g_b, g_p = _elastic_net_gradients(data, fit, D, V, 2.0, 2.0, 5.0)
+    nonzero = fit.weights != 0.0
+    assert 0 < nonzero.sum() < len(nonzero)
+    np.testing.assert_allclose(g_w[nonzero] + strength * np.sign(fit.weights[nonzero]), 0.0, atol=1e-5)
+    assert np.all(np.abs(g_w[~nonzero]) <= strength + 1e-6)
+    np.testing.assert_allclose(g_b, 0.0, atol=1e-5)
+    np.testing.assert_allclose(g_p, 0.0, atol=1e-5)
+
+
+def test_average_fit_sums_fold_fishers_to_the_fisher_of_the_whole_corpus():
+    """k fold fits each trained on k − 1 folds: at one shared point, their Fisher diagonals summed
+    and divided by k − 1 are the Fisher diagonal of the whole corpus (it is a sum over tokens),
+    computed by the whole corpus's objective."""
+    from gpseq.training.laplace import LaplaceFit, LaplaceReport, average_fit
+
+    rng = np.random.default_rng(6)
+    data = _synthetic(rng, n_seq=24, D=30, max_len=4)
+    D, V, k = data.rows.shape[1], 3, 3
+    whole = NumpyChainObjective(data, V, dtype="float64")
+    folds = np.arange(len(data)) % k
+    insides = [NumpyChainObjective(data.subset(np.flatnonzero(folds != fold)), V, dtype="float64")
+               for fold in range(k)]
+    shared = whole.support
+    for inside in insides:  # the point: weights every fold's objective has (each sees its support only)
+        shared = np.intersect1d(shared, inside.support)
+    dense_w = np.zeros(D * V)
+    dense_w[shared] = rng.normal(size=len(shared))
+    b, p = rng.normal(size=V), rng.normal(size=(V, V))
+    fits = []
+    for inside in insides:
+        f_b, f_w, f_p = inside.fisher(b, dense_w[inside.support], p)
+        fits.append(LaplaceFit(D, b, inside.support, dense_w[inside.support], np.ones(len(inside.support)), p,
+                               np.ones((V, V)), LaplaceReport(), fisher=(f_b, f_w, f_p)))
+    f_b, f_w, f_p = whole.fisher(b, dense_w[whole.support], p)
+    average = average_fit(fits)
+    np.testing.assert_allclose(average.fisher[0], f_b, rtol=1e-10)
+    # a pair outside a fold's support has no Fisher entry in that fold's fit (0): exact where every
+    # fold has it, a lower bound elsewhere
+    averaged, everywhere = average.fisher[1][whole.support], np.isin(whole.support, shared)
+    np.testing.assert_allclose(averaged[everywhere], f_w[everywhere], rtol=1e-10)
+    assert np.all(averaged[~everywhere] <= f_w[~everywhere] + 1e-12) and (~everywhere).any()
+    np.testing.assert_allclose(average.fisher[2], f_p, rtol=1e-10)

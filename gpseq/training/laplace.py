@@ -8,7 +8,9 @@ group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I)
    log-likelihood plus the Gaussian log prior (CRFsuite's objective with an L2 per group), over
    the (feature, label) pairs seen in training (CRFsuite's feature set; the other weights are
    structural zeros); one sparse product X·W and one scaled forward–backward per evaluation, in
-   NumPy (`gpseq.training.chain_objective`: no TensorFlow in the default training);
+   NumPy (`gpseq.training.chain_objective`: no TensorFlow in the default training); a fit started
+   from another fit (the prior walk, the refit) runs in coordinates scaled by that fit's Fisher
+   diagonal plus the prior precision, where the raw curvature spans the features' counts;
 2. **diagonal Laplace**: q(θ_i) = N(θ̂_i, 1 / (1/σ²_g + F_ii)) with F the Fisher (= Gauss–Newton)
    diagonal of the chain likelihood, free from its marginals: F[f, v] = Σ_t x_tf² p_t(v)(1 − p_t(v))
    (exact when a feature fires at most once in a sequence); for P the bound Σ_t ξ_t(i, j);
@@ -63,6 +65,8 @@ class LaplaceFit:
     prior_variance: np.ndarray | None = None  # [D] σ²_g of each feature's group: the posterior variance
     # of every weight off the support (a (feature, label) pair no training token has, a feature no
     # training token has); None: those weights are fixed at 0 (a starting point, not a posterior)
+    fisher: tuple | None = None  # the likelihood's Fisher diagonals (b [V], W on the support [P], P [V, V])
+    # at the means: a fit started from this one preconditions its L-BFGS with them (`fit_laplace`)
 
     @property
     def num_labels(self) -> int:
@@ -134,12 +138,18 @@ def fit_laplace(
     def unpack(theta):
         return theta[: sizes[0]], theta[sizes[0] : sizes[0] + sizes[1]], theta[sizes[0] + sizes[1] :].reshape(V, V)
 
+    same_support = start is not None and len(start.support) == len(support) and np.all(start.support == support)
+
+    def on_support(values):  # a start's values on its support, on this objective's (0 elsewhere)
+        return values if same_support else start.dense(values).ravel()[support]
+
+    fisher = None
     if start is None:
         theta = np.zeros(sum(sizes))
     else:
-        weights = start.dense(start.weights).ravel()[support] if len(start.support) != len(support) \
-            or np.any(start.support != support) else start.weights
-        theta = np.concatenate([start.bias, weights, start.pairwise.ravel()]).astype(np.float64)
+        theta = np.concatenate([start.bias, on_support(start.weights), start.pairwise.ravel()]).astype(np.float64)
+        if start.fisher is not None:
+            fisher = (start.fisher[0], on_support(start.fisher[1]), start.fisher[2])
 
     for round_ in range(evidence_rounds + 1):
         precision_w = (1.0 / group_var)[pair_group]  # [P]
@@ -165,11 +175,17 @@ def fit_laplace(
         if l1 > 0.0:  # a Laplace prior on the weights W (not on the biases and the pairwise)
             penalty = np.zeros(sum(sizes))
             penalty[sizes[0] : sizes[0] + sizes[1]] = l1
-        result = minimize_lbfgs(fun, theta, max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6,
-                                callback=step_done, l1=penalty)
+        # Started where a fit's Fisher diagonal is known, L-BFGS runs in θ / s with s = (F + prior
+        # precision)^(−1/2): the objective's diagonal curvature there is ≈ 1 in every coordinate, where
+        # raw it spans the feature counts (a bias fires at every token, most words once)
+        scale = None if fisher is None else 1.0 / np.sqrt(np.concatenate(
+            [fisher[0] + 1.0 / bias_var, fisher[1] + precision_w, np.ravel(fisher[2]) + 1.0 / pair_var]))
+        result = minimize_lbfgs(fun if scale is None else _scaled(fun, scale), theta if scale is None else theta / scale,
+                                max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6, callback=step_done,
+                                l1=penalty if penalty is None or scale is None else penalty * scale)
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
-        theta = result.x
+        theta = result.x if scale is None else result.x * scale
         report.iterations.append(int(result.nit))
         report.objective_per_token.append(float(result.fun) / tokens)
         b, w, p = unpack(theta)
@@ -177,6 +193,7 @@ def fit_laplace(
         s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w)  # [P]
         s_b = 1.0 / (1.0 / bias_var + f_b)
         s_p = 1.0 / (1.0 / pair_var + f_p)
+        fisher = (f_b, f_w, f_p)
         if round_ == evidence_rounds:
             break
         # MacKay's fixed point: γ_g = Σ_{i∈g} (1 − s_i/σ²_g) well-determined weights, σ²_g = Σ θ_i² / γ_g
@@ -192,18 +209,34 @@ def fit_laplace(
     report.free_weights = int(len(support))
     report.nonzero_weights = int(np.count_nonzero(w))
     return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report,
-                      prior_variance=group_var[np.asarray(groups, dtype=np.int64)])
+                      prior_variance=group_var[np.asarray(groups, dtype=np.int64)], fisher=fisher)
+
+
+def _scaled(fun, scale):
+    """`fun` of θ = s·z as a function of z: (f(s·z), s·∇f(s·z))."""
+    def scaled(z):
+        value, grad = fun(z * scale)
+        grad *= scale
+        return value, grad
+
+    return scaled
 
 
 def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
     """The mean of fits of one model on different data, as a dense fit (support = every weight):
-    a starting point for a fit on their union."""
+    a starting point for a fit on their union. Fisher diagonals, which sum over tokens, are summed
+    over the fits and divided by k − 1: k folds' fits each saw k − 1 of the k folds."""
     first = fits[0]
     D, V = first.num_features, first.num_labels
     mean = lambda values: sum(values) / len(fits)  # noqa: E731
     weights = mean([fit.dense(fit.weights).ravel() for fit in fits])
+    fisher = None
+    if len(fits) > 1 and all(fit.fisher is not None for fit in fits):
+        share = 1.0 / (len(fits) - 1)
+        fisher = tuple(share * sum(parts) for parts in zip(*[(fit.fisher[0], fit.dense(fit.fisher[1]).ravel(),
+                                                             fit.fisher[2]) for fit in fits]))
     return LaplaceFit(D, mean([fit.bias for fit in fits]), np.arange(D * V), weights, np.zeros(D * V),
-                      mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report)
+                      mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report, fisher=fisher)
 
 
 def held_out_parts(fit: LaplaceFit, dev: SequenceData) -> list[tuple]:

@@ -64,11 +64,11 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray) -> np.ndarr
     """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN; `l1` shaped like `x`): ∇f + l1·sign(x) off
     zero; at zero the one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is
     > 0), else 0."""
-    out = grad + l1 * np.sign(x)
-    zero = x == 0.0
-    right, left = grad[zero] + l1[zero], grad[zero] - l1[zero]
-    out[zero] = np.where(right < 0.0, right, np.where(left > 0.0, left, 0.0))
-    return out
+    right, left = grad + l1, grad - l1  # the derivatives on either side of x_i, or at x_i = 0 going up / down
+    # at zero: right if < 0, left if > 0, else 0 (left ≤ right, so at most one of the two is nonzero)
+    at_zero = np.minimum(right, 0.0)
+    at_zero += np.maximum(left, 0.0)
+    return np.where(x > 0.0, right, np.where(x < 0.0, left, at_zero))
 
 
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
