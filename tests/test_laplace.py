@@ -899,3 +899,17 @@ def test_average_fit_sums_fold_fishers_to_the_fisher_of_the_whole_corpus():
     np.testing.assert_allclose(averaged[everywhere], f_w[everywhere], rtol=1e-10)
     assert np.all(averaged[~everywhere] <= f_w[~everywhere] + 1e-12) and (~everywhere).any()
     np.testing.assert_allclose(average.fisher[2], f_p, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mask_size", [0, 1 << 26])  # sorted (np.unique) and marked in a mask
+def test_observed_pairs_are_the_feature_label_pairs_of_labelled_tokens(monkeypatch, mask_size):
+    import gpseq.training.chain_objective as objective_module
+
+    monkeypatch.setattr(objective_module, "PAIR_MASK_SIZE", mask_size)
+    rng = np.random.default_rng(7)
+    data = _synthetic(rng, n_seq=15, D=25, max_len=4)
+    data.label_ids[::5] = -1  # unlabelled tokens add no pair
+    V = 3
+    expected = sorted({f * V + int(label) for row, label in zip(data.rows.toarray(), data.label_ids) if label >= 0
+                       for f in np.flatnonzero(row)})
+    np.testing.assert_array_equal(observed_pairs(data, V), expected)

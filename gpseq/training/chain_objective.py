@@ -43,6 +43,7 @@ from gpseq.training.batching import UNLABELLED_ID, SequenceData
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
 MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
+PAIR_MASK_SIZE = 1 << 26  # (feature, label) pairs up to which `observed_pairs` marks a mask rather than sorting
 CHUNK_THREADS = 2  # chunks of the objective evaluated at once (`NumpyChainObjective._summed`)
 _POOL: list = []
 _CHUNK_POOL: list = []
@@ -135,7 +136,12 @@ def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
     token_of = np.repeat(np.arange(data.rows.shape[0]), np.diff(data.rows.indptr))
     keep = known[token_of]
     flat = data.rows.indices[keep].astype(np.int64) * num_labels + data.label_ids[token_of[keep]]
-    return np.unique(flat)
+    size = data.rows.shape[1] * num_labels
+    if size > PAIR_MASK_SIZE:
+        return np.unique(flat)
+    seen = np.zeros(size, bool)  # a mask over every pair: linear in the pairs, where unique sorts them
+    seen[flat] = True
+    return np.flatnonzero(seen)
 
 
 def chunk_bounds(offsets: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]]:
