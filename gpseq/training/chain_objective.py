@@ -385,13 +385,14 @@ class NumpyChainObjective:
         return sum(isinstance(chunk, SpilledChunk) for chunk in self.chunks)
 
     def close(self) -> None:
-        """Delete the spilled chunks (the objective is unusable after)."""
+        """Delete the spilled chunks and let go of the chunks and the [D, V] scratch arrays (the
+        objective is unusable after): what follows a fit (the model's arrays) reuses their memory."""
         for owner in self._owners:
             owner.close()
         if self._spill is not None:
             self._spill.cleanup()
             self._spill = None
-        self.chunks = []
+        self.chunks, self._scratch, self._sums = [], None, None
 
     def _weights(self, w_support):
         return self._scratch.write(self.support, w_support).reshape(self.num_features, self.num_labels)

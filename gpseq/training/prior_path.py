@@ -274,6 +274,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             walked = list(candidates)
             chosen = run_path(final, walked[: walked.index(prior) + 1], init)
         del fold_fits
+        final.close()
         report = chosen.report
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
     else:
