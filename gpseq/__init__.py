@@ -7,7 +7,7 @@ import importlib
 # registers the check for processes forked after TensorFlow started, before any fork (no TensorFlow import)
 importlib.import_module("gpseq._tensorflow")
 
-__all__ = ["__version__", "Tagger"]
+__all__ = ["__version__", "Tagger", "ModelChain"]
 
 
 def __getattr__(name):
@@ -16,4 +16,8 @@ def __getattr__(name):
         from gpseq.tagger import Tagger
 
         return Tagger
+    if name == "ModelChain":
+        from gpseq.chain_models import ModelChain
+
+        return ModelChain
     raise AttributeError(f"module 'gpseq' has no attribute {name!r}")

@@ -36,6 +36,8 @@ class TaggedSentence:
     span_probability: str = "exact"  # how `spans` were scored: "exact" or "product" (of token marginals)
     nbest: list[tuple[list[str], float]] | None = None  # [(labels, P(labels | X))], most probable first
     abstain_below: float | None = None  # the threshold of `abstained` / `span_abstained` (None: no abstention)
+    # (model name, labels) of each model before this one in a `gpseq.chain_models.ModelChain`; [] for one model
+    chain: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def confidences(self) -> list[float]:

@@ -64,7 +64,8 @@ def sentence_record(sentence: Sentence, result, scheme: str | None, distribution
     token: label -> p; left out when `distributions` is false), spans [type, start,
     end_exclusive, probability] (P(this exact span | X)), span_probability ("exact" or "product"),
     sequence_log_prob; with an abstention threshold "abstain_below", "abstain" (per token) and
-    "span_abstain" (per span) flags; with n-best, "nbest": [{"labels", "probability"}].
+    "span_abstain" (per span) flags; with n-best, "nbest": [{"labels", "probability"}]; from a
+    model chain, "chain": [{"model", "labels"}] of the models before the last.
     Probabilities rounded to 6 decimals."""
     confidences = result.confidences
     record = {
@@ -85,7 +86,8 @@ def sentence_record(sentence: Sentence, result, scheme: str | None, distribution
 
 def add_record_tail(record: dict, result, found: list, sequence_log_prob) -> dict:
     """The fields of a sentence record after its spans (`found`: its (type, start, end, p)):
-    span_probability (when it has spans), `sequence_log_prob`, the abstention flags and the n-best."""
+    span_probability (when it has spans), `sequence_log_prob`, the abstention flags, the n-best and
+    the earlier models' labels of a chain."""
     if found:
         record["span_probability"] = result.span_probability
     record["sequence_log_prob"] = sequence_log_prob
@@ -95,7 +97,14 @@ def add_record_tail(record: dict, result, found: list, sequence_log_prob) -> dic
         record["span_abstain"] = [p < result.abstain_below for *_, p in found]
     if result.nbest is not None:
         record["nbest"] = [{"labels": labels, "probability": round(p, 6)} for labels, p in result.nbest]
+    if result.chain:
+        record["chain"] = chain_records(result)
     return record
+
+
+def chain_records(result) -> list[dict]:
+    """[{"model", "labels"}] of each model before the last of a chain (`TaggedSentence.chain`)."""
+    return [{"model": name, "labels": labels} for name, labels in result.chain]
 
 
 def _fmt(p: float) -> str:
@@ -120,10 +129,11 @@ def check_conll_tokens(sentence: Sentence, tokens: Sequence[str]) -> None:
 
 
 class ConllWriter:
-    """token, label, p(label) per line (tab-separated), a blank line between sentences; with an
-    abstention threshold a fourth field, ABSTAIN or - (kept); with `full_distribution`, LABEL=p for
-    every label; with n-best, one comment line per path before the sentence:
-    `# nbest RANK PROBABILITY LABEL LABEL …`."""
+    """token, label, p(label) per line (tab-separated), a blank line between sentences; from a model
+    chain, the earlier models' labels between the token and the label (token POS CHUNK p, as a
+    CoNLL-2000 line reads); with an abstention threshold a field after p(label), ABSTAIN or -
+    (kept); with `full_distribution`, LABEL=p for every label; with n-best, one comment line per
+    path before the sentence: `# nbest RANK PROBABILITY LABEL LABEL …`."""
 
     def __init__(self, stream, full_distribution: bool):
         self.stream, self.full = stream, full_distribution
@@ -134,7 +144,7 @@ class ConllWriter:
                  enumerate(result.nbest or [], start=1)]
         abstained = result.abstained
         for t, (token, label, p) in enumerate(zip(result.tokens, result.labels, result.confidences)):
-            fields = [token, label, _fmt(p)]
+            fields = [token, *(labels[t] for _, labels in result.chain), label, _fmt(p)]
             if result.abstain_below is not None:
                 fields.append("ABSTAIN" if abstained[t] else "-")
             if self.full:
@@ -163,9 +173,9 @@ class JsonlWriter:
 class DocBinWriter:
     """Tagged sentences as spaCy Docs in a DocBin (written to `path` at `close`):
     doc.user_data["gpseq"] holds labels and confidences (and "abstain_below", "abstain",
-    "span_abstain", "nbest" when asked for), chunk spans go to doc.spans["gpseq"] (P(exact span) as
-    attrs["scores"], the abstention flags as attrs["abstain"]) and doc.ents, other labels to
-    token.tag_."""
+    "span_abstain", "nbest" when asked for; "chain" from a model chain), chunk spans go to
+    doc.spans["gpseq"] (P(exact span) as attrs["scores"], the abstention flags as
+    attrs["abstain"]) and doc.ents, other labels to token.tag_."""
 
     def __init__(self, path: Path, lang: str, full_distribution: bool):
         import spacy
@@ -196,6 +206,8 @@ class DocBinWriter:
                         span_abstain=[p < result.abstain_below for *_, p in records])
         if result.nbest is not None:
             data["nbest"] = [{"labels": labels, "probability": p} for labels, p in result.nbest]
+        if result.chain:
+            data["chain"] = chain_records(result)
         doc.user_data["gpseq"] = data
         if scheme is not None:
             group = doc_spans(doc, records)

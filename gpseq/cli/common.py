@@ -62,6 +62,9 @@ SpacyLabels = Annotated[str, typer.Option(
          "spans as B-/I-/O labels of the tag scheme. A token without the annotation is unlabelled (?); a "
          "doc without it is an error.")]
 ModelDir = Annotated[Path, typer.Argument(help="Model directory written by gpseq train.", show_default=False)]
+# the positionals after MODEL_DIR of a command that takes a chain of models (`split_models`)
+CHAIN_HELP = ("Model directories that follow MODEL_DIR (each holding tagger.json) chain after it: each model's "
+              "labels become the next column of the tokens the later models read.")
 AllowPlugin = Annotated[list[str], typer.Option(
     "--allow-plugin", metavar="NAME",
     help="Let a model trained with the plug-in likelihood NAME (package.module:function) load it: loading "
@@ -219,6 +222,30 @@ def load_tagger(model_dir: Path, allow_plugins: list[str] | None = None):
     from gpseq.structured.likelihoods import allowed_likelihoods
 
     return tagger_module().Tagger.load(model_dir, likelihoods=allowed_likelihoods(allow_plugins))
+
+
+def split_models(model_dir: Path, paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(model directories, inputs) of `MODEL_DIR [MODEL_DIR ...] INPUT ...`: the first positional is
+    a model; each following one that is a model directory (holds tagger.json) is the next model of
+    a chain, up to the first that is not, which starts the inputs. InputFormatError when no input
+    follows the models."""
+    from gpseq.chain_models import is_model_dir
+
+    models, inputs = [model_dir], list(paths)
+    while inputs and is_model_dir(inputs[0]):
+        models.append(inputs.pop(0))
+    if not inputs:
+        raise InputFormatError(models[-1], None, "a model directory, and no input file after it: give the "
+                                                 "files to read after the model directories")
+    return models, inputs
+
+
+def load_chain(model_dirs: list[Path], allow_plugins: list[str] | None = None):
+    """The `ModelChain` of the model directories in order (one model: a chain of one), each loaded
+    by `load_tagger`."""
+    from gpseq.chain_models import ModelChain, model_name
+
+    return ModelChain([load_tagger(path, allow_plugins) for path in model_dirs], [model_name(p) for p in model_dirs])
 
 
 def read_labelled(path: Path, format: str, token_column: int, label_column: int, encoding: str,

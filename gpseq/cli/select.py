@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.common import (CHAIN_HELP, EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_chain,
+                              require_file, split_models, stderr)
 from gpseq.cli.outputs import check_tag_output, file_or_standard_output, output_format, standard_output
 from gpseq.cli.tag import CONLL_SUFFIXES, INPUT_FORMATS, check_text_input, iter_inputs
 from gpseq.corpora._atomic import replacing
@@ -25,6 +26,7 @@ SELECT_EXAMPLES = """[b]Examples[/b]
   gpseq select runs/ner pool.txt -n 50 --format prodigy -o tasks.jsonl
   gpseq select runs/ner pool.txt -n 50 -o tasks.json       # Label Studio (by the suffix)
   gpseq select runs/chunk pool.conll -n 100 --strategy entropy --level sequence --normalise
+  gpseq select models/en_pos_conll2000 runs/chunk pool.txt -n 100 -o picked.conll  # a chain
 
 [b]The loop[/b]
 
@@ -47,7 +49,8 @@ jsonl, .json labelstudio, conll otherwise)
 
   conll        a -DOCSTART- line with rank, score, strategy and source, then
                the pool's columns with the predicted label appended (trains
-               as it is once corrected)
+               as it is once corrected; a chain: the earlier models' labels
+               before it)
   jsonl        gpseq tag's JSONL record plus "select": {rank, score,
                strategy, index}
   prodigy      a Prodigy task stream: text, tokens, spans (with score =
@@ -89,7 +92,8 @@ class SelectProgress:
 @command
 def select(
     model_dir: ModelDir,
-    files: Annotated[list[Path], typer.Argument(help="Unlabelled pool files; - reads stdin.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(help=f"{CHAIN_HELP} Then the unlabelled pool files (scored by the "
+                                                     "last model); - reads stdin.", show_default=False)],
     n: Annotated[int, typer.Option("-n", "--n", help="How many sentences to pick.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default, or -: standard output).")] = None,
     strategy: Annotated[str, typer.Option(help="bald, entropy, least-confidence, margin or random.")] = "bald",
@@ -132,17 +136,19 @@ def select(
     if chunk_size < 1 or text_max_tokens < 1 or candidates < 1:
         raise ConfigError("--chunk-size, --text-max-tokens and --candidates must be >= 1")
     output = file_or_standard_output(output)
+    model_dirs, files = split_models(model_dir, files)
     for path in files:
         require_file(path)
-    check_tag_output(output, files, model_dir)
-    tagger = load_tagger(model_dir, allow_plugin)
-    check_text_input(tagger, files, input_format)
-    scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
-    pool = iter_inputs(files, input_format, token_column, encoding, tagger.config.features.lang, text_max_tokens)
+    for directory in model_dirs:
+        check_tag_output(output, files, directory)
+    chain = load_chain(model_dirs, allow_plugin)
+    check_text_input(chain, files, input_format)
+    scheme = chain.config.tag_scheme if is_chunk_labelling(chain.labels, chain.config.tag_scheme) else None
+    pool = iter_inputs(files, input_format, token_column, encoding, chain.lang, text_max_tokens)
     started = time.perf_counter()
     err = stderr()
     with SelectProgress(err) as bar:
-        picked = tagger.select(pool, n, strategy, level=level, normalise=normalise, samples=samples,
+        picked = chain.select(pool, n, strategy, level=level, normalise=normalise, samples=samples,
                                max_similarity=max_similarity, candidates=candidates, seed=seed, chunk_size=chunk_size,
                                progress=bar)
     scanned = bar.bar.tasks[0].completed if bar.bar.tasks else 0
@@ -152,8 +158,8 @@ def select(
         else:
             target = stack.enter_context(replacing(output))
             stream = stack.enter_context(open(target, "w", encoding="utf-8", newline="\n"))
-        # resolved: `gpseq select . pool` names the directory, not "" (Path(".").name)
-        version = model_version or model_dir.resolve().name
+        # resolved: `gpseq select . pool` names the directory, not "" (Path(".").name); a chain: its last model
+        version = model_version or model_dirs[-1].resolve().name
         write_selection(stream, picked, format_, strategy, scheme, model_version=version, from_name=from_name,
                         to_name=to_name)
         stream.flush()

@@ -19,6 +19,7 @@ SERVE_EXAMPLES = """[b]Examples[/b]
   gpseq serve models/en_pos_conll2000
   gpseq serve pos=models/en_pos_conll2000 chunk=models/en_chunk_conll2000 --port 8080
   gpseq serve models/en_pos_conll2000 --workers 1
+  gpseq serve chunk=models/en_pos_conll2000+models/en_chunk_conll2000
 
   curl -s localhost:8000/tag -H 'Content-Type: application/json' \\
        -d '{"text": "The cat sat on the mat."}'
@@ -33,6 +34,11 @@ SERVE_EXAMPLES = """[b]Examples[/b]
   GET  /health   200 when every model's batch worker runs
   GET  /metrics  Prometheus text
   GET  /docs     OpenAPI documentation
+
+Chains: DIR+DIR+... serves models that feed one another (named after the last
+directory unless NAME= names it): each model's labels become the next column
+of the tokens the later models read, so the chain above takes raw text; the
+reply is the last model's, with "chain": \\[{model, labels}] of the others.
 
 Workers: one process tags on about one core, so by default the command starts
 one worker process per usable CPU (at most 8), each with its own copy of the
@@ -56,8 +62,10 @@ requests in flight are answered first.
 @command(signals=False)  # uvicorn's own handlers: a graceful shutdown
 def serve(
     models: Annotated[list[str], typer.Argument(help="Model directories (gpseq train -o); NAME=DIR names one in "
-                                                     "requests (default: the directory's name). The first is the "
-                                                     "default model.", show_default=False)],
+                                                     "requests (default: the directory's name); DIR+DIR+... "
+                                                     "chains models, each one's labels a column for the next "
+                                                     "(named after the last). The first is the default model.",
+                                                show_default=False)],
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     max_batch_sentences: Annotated[int, typer.Option(help="Sentences of concurrent requests tagged in one "

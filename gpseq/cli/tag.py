@@ -10,7 +10,8 @@ from typing import Annotated, Iterable, Iterator, Optional
 
 import typer
 
-from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, require_file, stderr
+from gpseq.cli.common import (CHAIN_HELP, EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_chain,
+                              require_file, split_models, stderr)
 from gpseq.cli.outputs import check_tag_output, file_or_standard_output, output_format, standard_output
 from gpseq.corpora import ReadOptions, Sentence, detect_format, iter_corpus
 from gpseq.corpora._atomic import replacing
@@ -23,6 +24,7 @@ from gpseq.writers import WRITERS
 TAG_EXAMPLES = """[b]Examples[/b]
 
   gpseq tag runs/sample corpora/sample/example.txt
+  gpseq tag models/en_pos_conll2000 models/en_chunk_conll2000 notes.txt
   cat notes.txt | gpseq tag runs/sample - --format jsonl --mean
   gpseq tag runs/chunk test.conll --full-distribution -o tagged.conll
   gpseq tag runs/ner docs/*.txt -o tagged.spacy              # a DocBin (by the suffix)
@@ -30,14 +32,24 @@ TAG_EXAMPLES = """[b]Examples[/b]
   gpseq tag runs/chunk test.conll --abstain-below 0.9       # flag what is below 0.9
   gpseq tag runs/chunk test.conll --format jsonl --nbest 5  # the 5 most probable label paths
 
+[b]Chains[/b] (gpseq tag MODEL_DIR MODEL_DIR ... FILE...)
+
+Each model's labels become the next column of the tokens the later models
+read (after the input's own columns; on raw text the first model's labels
+are column 1), so a chunker whose features read a POS column tags raw text
+after a POS tagger. The options apply to the last model, whose labels and
+probabilities are written; the earlier models' labels come along (conll:
+columns before the label; jsonl and spacy: "chain").
+
 [b]Output formats[/b] (--format; without it, by the suffix of -o: .jsonl
 jsonl, .spacy spacy, conll otherwise)
 
   conll  token, label, p(label) per line (tab-separated), a blank line
-         between sentences; --abstain-below adds ABSTAIN or - as the
-         fourth field; --full-distribution appends LABEL=p for every
-         label; --nbest K puts "# nbest RANK P LABELS" lines before each
-         sentence.
+         between sentences (a chain: token, the earlier models' labels,
+         label, p(label)); --abstain-below adds ABSTAIN or - as the
+         field after p(label); --full-distribution appends LABEL=p for
+         every label; --nbest K puts "# nbest RANK P LABELS" lines before
+         each sentence.
   jsonl  one object per sentence: source, line, tokens, labels,
          confidences, distributions (per token: label -> p),
          sequence_log_prob = log p(label path | tokens), and for chunk
@@ -46,7 +58,8 @@ jsonl, .spacy spacy, conll otherwise)
          (constrained forward-backward; --span-probs product: the
          product of its token marginals, an approximation);
          --abstain-below adds abstain (per token) and span_abstain (per
-         span); --nbest K adds nbest \\[{labels, probability}].
+         span); --nbest K adds nbest \\[{labels, probability}]; a chain
+         adds chain \\[{model, labels}] of the models before the last.
   spacy  a DocBin (-o required): doc.user_data["gpseq"] holds labels and
          confidences (and abstain flags, nbest), chunk spans go to
          doc.spans["gpseq"] (probabilities in attrs["scores"], flags in
@@ -84,25 +97,20 @@ def batches(sentences: Iterable[Sentence], size: int) -> Iterator[list[Sentence]
         yield batch
 
 
-def check_text_input(tagger, files: list[Path], input_format: str) -> None:
-    """Raw text has only tokens: refuse it up front for a model whose features read other corpus columns."""
-    features = tagger.featurizer.config
-    columns = sorted(c for c in features.sources() if isinstance(c, int) and c > 0)
+def check_text_input(chain, files: list[Path], input_format: str) -> None:
+    """Raw text has only tokens: refuse it up front for a model (of a `ModelChain`) whose features
+    read corpus columns that neither the text nor the models before it give."""
+    problem = chain.text_problem()
     text = [path for path in files if detect_format(path, input_format, labelled=False) == "text"]
-    if columns and text:
-        raise ConfigError(
-            f"{text[0]}: raw text has only tokens, but this model's features "
-            f"(preset {features.preset!r}) read corpus column(s) {columns}; tag a CoNLL "
-            "file that has them (--input-format conll), or train with features that raw text can "
-            "feed (e.g. --features ner or pos)"
-        )
+    if problem and text:
+        raise ConfigError(f"{text[0]}: {problem}")
 
 
 @app.command(epilog=TAG_EXAMPLES)
 @command
 def tag(
     model_dir: ModelDir,
-    files: Annotated[list[Path], typer.Argument(help="Input files; - reads stdin.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(help=f"{CHAIN_HELP} Then the input files (the last model's labels are written); - reads stdin.", show_default=False)],
     input_format: Annotated[str, typer.Option(help="text (spaCy tokenisation + sentencizer), conll (token column, blank line between sentences), crfpp (columns, no -DOCSTART-), conllu, jsonl, spacy (a DocBin), or auto (conllu for .conllu, jsonl for .jsonl, spacy for .spacy, conll for .conll/.iob/.data/.tsv…, text otherwise).")] = "auto",
     format_: Annotated[Optional[str], typer.Option("--format", help="Output: conll, jsonl or spacy (DocBin; needs -o). Default: by the suffix of -o (.jsonl, .spacy; .conll/.iob/.tsv… conll), else conll; a --format another suffix names is an error.", show_default=False)] = None,
     full_distribution: Annotated[bool, typer.Option("--full-distribution", help="conll/spacy: add every label's probability per token.")] = False,
@@ -151,13 +159,15 @@ def tag(
         raise ConfigError(f"--span-probs must be exact or product; got {span_probs!r}")
     if decode is not None and decode not in ("viterbi", "max-marginal", "span-f1"):
         raise ConfigError(f"--decode must be viterbi, max-marginal or span-f1; got {decode!r}")
+    model_dirs, files = split_models(model_dir, files)
     for path in files:
         require_file(path)
-    check_tag_output(output, files, model_dir)
-    tagger = load_tagger(model_dir, allow_plugin)
-    lang = tagger.config.features.lang
-    check_text_input(tagger, files, input_format)
-    scheme = tagger.config.tag_scheme if is_chunk_labelling(tagger.labels, tagger.config.tag_scheme) else None
+    for directory in model_dirs:
+        check_tag_output(output, files, directory)
+    chain = load_chain(model_dirs, allow_plugin)
+    lang = chain.lang
+    check_text_input(chain, files, input_format)
+    scheme = chain.config.tag_scheme if is_chunk_labelling(chain.labels, chain.config.tag_scheme) else None
 
     n_sentences = n_tokens = 0
     started = time.perf_counter()
@@ -173,7 +183,7 @@ def tag(
             writer = WRITERS[format_](stream, full_distribution)
         sentences = iter_inputs(files, input_format, token_column, encoding, lang, text_max_tokens)
         for batch in batches(sentences, batch_size):
-            results = tagger.tag(batch, samples=samples, mean=mean or None, batch_size=batch_size,
+            results = chain.tag(batch, samples=samples, mean=mean or None, batch_size=batch_size,
                                  spans=span_probs, nbest=nbest, abstain_below=abstain_below, decode=decode)
             for sentence, result in zip(batch, results):
                 writer.write(sentence, result, scheme)

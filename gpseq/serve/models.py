@@ -1,5 +1,7 @@
 """A model as `gpseq serve` holds it: loaded once, read-only, with what a request needs from it
-(the span scheme, the corpus columns its features read, a spaCy tokeniser for raw text)."""
+(the span scheme, the corpus columns its features read, a spaCy tokeniser for raw text). A served
+model may be a chain of models (`DIR+DIR`, `gpseq.chain_models.ModelChain`): each one's labels a
+column for the next, the last one's labels returned."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpseq.chain_models import ModelChain, model_name
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, InputFormatError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CHAIN = "+"  # between the directories of a chained model: `gpseq serve chunk=POS_DIR+CHUNK_DIR`
 
 
 SHOWN_CHARS = 40  # characters of a request's own string that an error message quotes
@@ -37,15 +41,18 @@ def shown(value: str, limit: int = SHOWN_CHARS) -> str:
 
 @dataclass
 class ServedModel:
-    """One served model: its name in requests, the `Tagger` (only the batch worker calls `tag`) and
-    its model directory's tagger.json (`meta`, for the version)."""
+    """One served model: its name in requests, the `Tagger` or `ModelChain` (only the batch worker
+    calls `tag`) and its (last) model directory's tagger.json (`meta`, for the version)."""
 
     name: str
     tagger: Any
     path: Path | None = None
     meta: dict | None = None
     scheme: str | None = field(init=False)
-    columns: list[int] = field(init=False)  # corpus columns (> 0) the features read
+    columns: list[int] = field(init=False)  # corpus columns (> 0) of the input the features read
+    width: int = field(init=False)  # fields a token row of the input needs (1: tokens will do)
+    lang: str = field(init=False)  # the language raw text is tokenised in (a chain's: its first model's)
+    chain: list[str] | None = field(init=False)  # a chain's model names in order; None for one model
     _nlp: Any = field(init=False, default=None, repr=False)
     _nlp_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
 
@@ -54,16 +61,15 @@ class ServedModel:
 
         config = self.tagger.config
         self.scheme = config.tag_scheme if is_chunk_labelling(self.tagger.labels, config.tag_scheme) else None
-        self.columns = sorted(c for c in config.features.sources() if isinstance(c, int) and c > 0)
-
-    @property
-    def lang(self) -> str:
-        return self.tagger.config.features.lang
+        chain = ModelChain.of(self.tagger)
+        self.columns, self.width, self.lang = chain.input_columns, chain.input_width, chain.lang
+        self.chain = list(chain.names) if len(chain.taggers) > 1 else None
 
     @property
     def accepts_text(self) -> bool:
-        """Raw text has only tokens: a model whose features read other corpus columns needs rows."""
-        return not self.columns
+        """Raw text has only tokens: a model whose features read other corpus columns (that no model
+        before it in a chain gives) needs rows."""
+        return self.width == 1
 
     def deterministic(self, mean: bool, samples: int | None) -> bool:
         """Whether `Tagger.tag(mean=mean or None, samples=samples)` uses the deterministic predictive
@@ -95,7 +101,7 @@ class ServedModel:
     def sentences_from_lists(self, sentences: list[list]) -> list[Sentence]:
         """Pre-tokenised sentences: each a list of tokens, or of rows [token, column 1, ...]
         (the columns of a CoNLL line without its label) for a model that reads columns."""
-        width = 1 + max(self.columns, default=0)
+        width = self.width
         out = []
         for s, sentence in enumerate(sentences):
             if isinstance(sentence[0], str):
@@ -115,7 +121,7 @@ class ServedModel:
 
     def warm_up(self) -> None:
         """Trace the compiled prediction once, so that the first request does not pay for it."""
-        width = 1 + max(self.columns, default=0)
+        width = self.width
         sentence = Sentence(tokens=["warm", "up"], columns=[["warm"] * width, ["up"] * width])
         self.tagger.tag([sentence])
 
@@ -128,8 +134,7 @@ class ServedModel:
             "default": default,  # no directory: where the server keeps its models is not the client's business
             "labels": list(self.tagger.labels),
             "span_scheme": self.scheme,
-            "input": {"text": self.accepts_text, "row_fields": 1 + max(self.columns, default=0),
-                      "columns": self.columns},
+            "input": {"text": self.accepts_text, "row_fields": self.width, "columns": self.columns},
             "features": {"preset": config.features.preset, "n_features": int(featurizer.n_features),
                          "lang": self.lang},
             "predictive": config.predictive,
@@ -137,6 +142,7 @@ class ServedModel:
             "decode": config.decoder,
             "scores": dict(self.tagger.scores),
             "version": {"gpseq": meta.get("gpseq_version"), "format_version": meta.get("format_version")},
+            **({"chain": self.chain} if self.chain else {}),
         })
 
 
@@ -156,37 +162,61 @@ def json_safe(value):
     return value
 
 
-def parse_model_spec(spec: str) -> tuple[str, Path]:
-    """`DIR` (named after the directory) or `NAME=DIR`."""
+def _named(spec: str) -> tuple[str | None, str]:
+    """(NAME, the rest) of `NAME=...`, (None, spec) without a name or when `spec` is an existing path."""
     name, sep, rest = spec.partition("=")
     if sep and NAME.match(name) and not Path(spec).exists():
-        return name, Path(rest)
-    path = Path(spec)
-    return path.resolve().name if path.name in ("", ".", "..") else path.name, path
+        return name, rest
+    return None, spec
 
 
-def checked_model_spec(spec: str, taken) -> tuple[str, Path]:
-    """(name, directory) of one `NAME=DIR` or `DIR` of the command line, checked: ConfigError for a
-    name requests cannot use or one already in `taken`, InputFormatError for a missing directory."""
-    name, path = parse_model_spec(spec)
+def parse_model_spec(spec: str) -> tuple[str, Path]:
+    """`DIR` (named after the directory) or `NAME=DIR`."""
+    name, directory = _named(spec)
+    return name or model_name(directory), Path(directory)
+
+
+def parse_served_spec(spec) -> tuple[str, list[Path]]:
+    """(name, model directories) of `[NAME=]DIR` or of a chain `[NAME=]DIR+DIR+...` (named after
+    its last directory by default); an existing directory whose name holds `=` or `+` is one model.
+    Also takes a (name, directories) pair, as `absolute_spec` gives it to worker processes."""
+    if not isinstance(spec, str):
+        name, directories = spec
+        return name, [Path(d) for d in directories]
+    name, body = _named(spec)
+    if CHAIN not in body or Path(body).exists():
+        return name or model_name(body), [Path(body)]
+    parts = body.split(CHAIN)
+    if not all(parts):
+        raise ConfigError(f"{spec}: an empty model directory in the chain; write DIR{CHAIN}DIR")
+    return name or model_name(parts[-1]), [Path(part) for part in parts]
+
+
+def checked_model_spec(spec, taken) -> tuple[str, list[Path]]:
+    """(name, directories) of one `[NAME=]DIR[+DIR...]` of the command line, checked: ConfigError for
+    a name requests cannot use or one already in `taken`, InputFormatError for a missing directory."""
+    name, paths = parse_served_spec(spec)
     if not NAME.match(name):
         raise ConfigError(f"{spec}: model name {name!r} must be letters, digits, '_', '.' or '-'; "
                           "name it with NAME=DIR")
     if name in taken:
         raise ConfigError(f"two models named {name!r}: name them with NAME=DIR")
-    if not path.is_dir():
-        raise InputFormatError(path, None, "no such model directory")
-    return name, path
+    for path in paths:
+        if not path.is_dir():
+            raise InputFormatError(path, None, "no such model directory")
+    return name, paths
 
 
-def load_models(specs: list[str], load_tagger) -> dict[str, ServedModel]:
-    """The models of `gpseq serve MODEL ...`, each loaded once with `load_tagger(path)`; the first is
-    the default. ConfigError for two models of one name or a name requests cannot use."""
+def load_models(specs: list, load_tagger) -> dict[str, ServedModel]:
+    """The models of `gpseq serve MODEL ...`, each loaded once with `load_tagger(path)` (a chain's
+    models into a `ModelChain`); the first is the default. ConfigError for two models of one name or
+    a name requests cannot use."""
     from gpseq.model_meta import read_model_meta
 
     served: dict[str, ServedModel] = {}
     for spec in specs:
-        name, path = checked_model_spec(spec, served)
-        tagger = load_tagger(path)
-        served[name] = ServedModel(name, tagger, path, read_model_meta(path))
+        name, paths = checked_model_spec(spec, served)
+        taggers = [load_tagger(path) for path in paths]
+        tagger = taggers[0] if len(taggers) == 1 else ModelChain(taggers, [model_name(path) for path in paths])
+        served[name] = ServedModel(name, tagger, paths[-1], read_model_meta(paths[-1]))
     return served

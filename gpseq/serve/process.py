@@ -136,17 +136,20 @@ def check_model_specs(specs: list[str]) -> None:
 
     names = set()
     for spec in specs:
-        name, path = checked_model_spec(spec, names)
+        name, paths = checked_model_spec(spec, names)
         names.add(name)
-        read_model_meta(path)  # ModelFormatError: not a model directory, or of a newer format
+        for path in paths:
+            read_model_meta(path)  # ModelFormatError: not a model directory, or of a newer format
 
 
-def absolute_spec(spec: str) -> str:
-    """A model spec with its directory absolute (a worker must not depend on its working directory)."""
-    from gpseq.serve.models import parse_model_spec
+def absolute_spec(spec: str) -> list:
+    """A model spec as [name, [directories]] with the directories absolute (a worker must not depend
+    on its working directory; a list, not a string, so that a `+` in a directory's path is not
+    read as a chain)."""
+    from gpseq.serve.models import parse_served_spec
 
-    name, path = parse_model_spec(spec)
-    return f"{name}={path.resolve()}"
+    name, paths = parse_served_spec(spec)
+    return [name, [str(path.resolve()) for path in paths]]
 
 
 class ReusePortSocket(socket.socket):
@@ -222,8 +225,9 @@ def listening_address(config) -> socket.socket:
 def serve(models: list[str], settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000,
           workers: int | None = None, log_level: str = "info", access_log: bool = False,
           on_start=None, allow_plugins: list[str] = ()) -> None:
-    """Serve `models` (specs `DIR` or `NAME=DIR`) until SIGTERM or Ctrl-C: in this process when
-    `workers` is 1, else in `workers` spawned processes (None: `default_workers()`).
+    """Serve `models` (specs `DIR`, `NAME=DIR`, or a chain `[NAME=]DIR+DIR...`) until SIGTERM or
+    Ctrl-C: in this process when `workers` is 1, else in `workers` spawned processes (None:
+    `default_workers()`).
     `allow_plugins`: the plug-in likelihoods the models may use (`Tagger.load`'s `likelihoods`).
     `on_start(workers)` is called once the models are checked, before any worker starts.
     Refused before anything is loaded: GpseqError for an address that is served already

@@ -78,6 +78,8 @@ class TaggedSentenceOut(BaseModel):
                                                                  "threshold.")
     nbest: Optional[list[dict]] = Field(None, description='With nbest: [{"labels": [...], "probability": p}], most '
                                                           "probable first.")
+    chain: Optional[list[dict]] = Field(None, description='A model chain: [{"model": name, "labels": [...]}] of each '
+                                                          "model before the last, whose labels the later ones read.")
 
 
 class TagResponse(BaseModel):
@@ -101,6 +103,8 @@ class ModelInfo(BaseModel):
     decode: str
     scores: dict
     version: dict = Field(description="gpseq version and model format version the model was written with.")
+    chain: Optional[list[str]] = Field(None, description="A model chain: its models in order, each one's labels a "
+                                                         "column the later ones read; the rest describes the last.")
 
 
 class ModelsResponse(BaseModel):
