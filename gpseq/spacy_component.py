@@ -21,6 +21,15 @@ label path has exactly this chunk (constrained forward–backward, as `gpseq tag
 `doc.spans[spans_key].attrs["scores"]`). Features that read token attributes (e.g. the `chunking` preset's POS column, mapped to
 `tag_`) read them from what earlier components wrote.
 
+Trained in spaCy (`model = null`): `labels` names the annotation to learn, as `gpseq train
+--spacy-labels` does ("ents", "tag", "pos", "spans:KEY"), `features` a preset or a CRF++ template
+file (as `--features`), `tag_scheme` the chunk labels' scheme, `overrides` ["model.prior_variance=2.0",
+…] any key of the configuration (as `--set`). `initialize` (run by `spacy train`) fits the model on
+all the training examples with gpseq's default training; `update` has nothing to do. `score` gives
+spaCy's figures of that annotation (`ents_f`, `tag_acc`, …) and gpseq's calibration figures
+(`ents_token_nll`, `ents_ece`, `ents_entity_ece`, …; `gpseq.spacy_scoring`). The trained model is
+saved with the pipeline (`to_disk`), so `model-best` loads as any spaCy pipeline.
+
 Sequences: each sentence when the Doc has sentence boundaries (add a `sentencizer`), else the
 whole Doc; whitespace tokens are left out of the sequence and left untagged (as `gpseq tag`
 does). A sequence longer than `max_tokens` (default null: the model's `predict_max_tokens`,
@@ -71,6 +80,10 @@ _MAX_PAYLOAD_FILES = 64  # a model directory holds four files; `from_bytes` refu
         "batch_size": 256,
         "seed": 0,
         "max_tokens": None,
+        "labels": None,
+        "features": None,
+        "tag_scheme": None,
+        "overrides": [],
     },
 )
 def make_gpseq(
@@ -88,11 +101,16 @@ def make_gpseq(
     batch_size: int,
     seed: int,
     max_tokens: int | None,
+    labels: str | None,
+    features: str | None,
+    tag_scheme: str | None,
+    overrides: list[str],
 ) -> "GpseqComponent":
     """Build the `gpseq` component (see the module docstring for what each setting does)."""
     return GpseqComponent(nlp, name, model=model, task=task, spans_key=spans_key, extension=extension,
                           span_extension=span_extension, set_pos=set_pos, samples=samples, mean=mean,
-                          decode=decode, batch_size=batch_size, seed=seed, max_tokens=max_tokens)
+                          decode=decode, batch_size=batch_size, seed=seed, max_tokens=max_tokens, labels=labels,
+                          features=features, tag_scheme=tag_scheme, overrides=overrides)
 
 
 class GpseqComponent:
@@ -102,7 +120,8 @@ class GpseqComponent:
                  task: str = "auto", spans_key: str = "gpseq", extension: str = "gpseq_probs",
                  span_extension: str = "gpseq_prob", set_pos: bool = True, samples: int | None = None,
                  mean: bool = False, decode: str | None = None, batch_size: int = 256, seed: int = 0,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, labels: str | None = None, features: str | None = None,
+                 tag_scheme: str | None = None, overrides: Iterable[str] = ()):
         if task not in TASKS:
             raise ConfigError(f"gpseq component {name!r}: task must be one of {TASKS}, got {task!r}")
         if decode not in (None, "viterbi", "max-marginal", "span-f1"):
@@ -126,6 +145,16 @@ class GpseqComponent:
             if isinstance(other, GpseqComponent) and other_name != name and other.extension == extension:
                 raise ConfigError(f"gpseq component {name!r}: extension {extension!r} is already the one of "
                                   f"gpseq component {other_name!r}; give each its own 'extension'")
+        self.label_source = _label_source(name, labels, task, spans_key)
+        overrides = list(overrides or ())
+        if model is not None and (features is not None or tag_scheme is not None or overrides):
+            raise ConfigError(f"gpseq component {name!r}: features, tag_scheme and overrides configure the "
+                              "training of a component without a model; this one loads model "
+                              f"{str(model)!r} (set model = null to train it with spacy train)")
+        if not all(isinstance(assignment, str) for assignment in overrides):
+            raise ConfigError(f"gpseq component {name!r}: overrides must be strings KEY.PATH=VALUE, "
+                              f"got {overrides!r}")
+        self.training_settings = {"features": features, "tag_scheme": tag_scheme, "overrides": overrides}
         self.nlp, self.name = nlp, name
         self.model_path = None if model is None else str(model)
         self.task_setting = task
@@ -157,6 +186,8 @@ class GpseqComponent:
 
         chunks = is_chunk_labelling(tagger.labels, tagger.config.tag_scheme)
         task = self.task_setting
+        if task == "auto" and self.label_source is not None:
+            task = _TASK_OF_LABELS[self.label_source[0]]
         if task == "auto":
             task = ("ents" if tagger.config.features.preset == "ner" else "spans") if chunks else "tag"
         elif task in ("spans", "ents") and not chunks:
@@ -181,12 +212,74 @@ class GpseqComponent:
             return ()
 
     def initialize(self, get_examples=None, *, nlp: Language | None = None) -> None:
-        """Check the model directory (spaCy calls this from `nlp.initialize()`, e.g. in `spacy assemble`).
+        """Train the model on spaCy's training examples when the component has none (`model = null`),
+        else check the model directory (spaCy calls this from `nlp.initialize()`: `spacy train`,
+        `spacy assemble`).
 
-        The model is already trained; it is read (with TensorFlow) on first use, so assembling a
-        pipeline only copies model directories."""
-        if self._tagger is None:
-            _check_model_dir(self.model_path, self.name)
+        Training: gpseq's default training (`Tagger.train`, as `gpseq train`) on every example's
+        reference Doc, read as `gpseq.corpora.docbin` reads a DocBin: a sentence per `doc.sents` (the
+        whole Doc without sentence boundaries), labels from the annotation `labels` names, the gold
+        `tag_` as corpus column 1 (the `chunking` preset's POS column, which tagging reads from the
+        `token.tag_` an earlier component set). The whole corpus is fitted here, once: `update` has
+        nothing left to do. A given model is read on first use, so assembling a pipeline only copies
+        model directories."""
+        if self.model_path is not None:
+            if self._tagger is None:
+                _check_model_dir(self.model_path, self.name)
+            return
+        if self.label_source is None:
+            raise ConfigError(f"gpseq component {self.name!r}: no model to load and nothing to train on: set "
+                              'model = "<model dir>", or labels = "ents", "tag", "pos" or "spans:KEY" to '
+                              "train it on the training examples (spacy train)")
+        if get_examples is None:
+            raise ConfigError(f"gpseq component {self.name!r}: training needs the training examples "
+                              "(nlp.initialize(get_examples))")
+        training = getattr(nlp, "config", {}).get("training", {})
+        if training.get("max_epochs") == -1:
+            # spaCy then initializes on the first 100 examples only: the model would see no more
+            raise ConfigError(f"gpseq component {self.name!r}: [training] max_epochs = -1 (a streamed corpus) "
+                              "gives initialize only the first 100 examples, and the gpseq model is trained "
+                              "in initialize; set max_epochs = 1")
+        from gpseq.tagger import Tagger
+
+        config = self._training_config()
+        sentences = _training_sentences(get_examples(), self.label_source, config.tag_scheme, self.name)
+        self._set_tagger(Tagger.train(sentences, config))
+
+    def _training_config(self):
+        """The TaggerConfig of `gpseq train --features F --tag-scheme S --set …` (`gpseq.cli.config`)."""
+        from gpseq.cli.config import ConfigOptions, build_config
+        from gpseq.corpora import normalise_scheme
+
+        settings = self.training_settings
+        try:
+            scheme = None if settings["tag_scheme"] is None else normalise_scheme(settings["tag_scheme"])
+            return build_config(ConfigOptions(features=settings["features"], tag_scheme=scheme,
+                                              overrides=list(settings["overrides"])))
+        except ConfigError as error:
+            raise ConfigError(f"gpseq component {self.name!r}: {error}") from None
+
+    def update(self, examples: Iterable, *, drop: float = 0.0, sgd=None, losses: dict | None = None) -> dict:
+        """Nothing: `initialize` fits the model on the whole training corpus. Returns `losses` with
+        {name: 0.0}, so spaCy's training loop runs on (set its max_steps small)."""
+        losses = {} if losses is None else losses
+        losses.setdefault(self.name, 0.0)
+        return losses
+
+    def score(self, examples: Iterable, **cfg) -> dict:
+        """spaCy's figures for the annotation the component writes (`ents_f`, `tag_acc`, …) and gpseq's
+        calibration figures under the same prefix (`ents_token_nll`, `ents_ece`, `ents_entity_ece`, …;
+        `gpseq.spacy_scoring`), which spaCy's `Scorer` reports in `nlp.evaluate` and `spacy evaluate`."""
+        from gpseq.spacy_scoring import gpseq_scores, spacy_scores
+
+        examples = list(examples)
+        tagger = self.tagger
+        # a given model's task says which annotation it writes: tags, entities or its span group
+        kind, key = self.label_source or (self.task, self.spans_key if self.task == "spans" else None)
+        scores = spacy_scores(examples, kind, key, **cfg)
+        scores.update(gpseq_scores(examples, kind=kind, key=key, scheme=tagger.config.tag_scheme,
+                                   extension=self.extension, sequences=lambda doc: self._sequences([doc])[0]))
+        return scores
 
     # ---- processing -----------------------------------------------------------------------------
     def __call__(self, doc: Doc) -> Doc:
@@ -226,8 +319,10 @@ class GpseqComponent:
         sequences, owners = self._sequences(docs)
         V = len(tagger.labels)
         probs = [np.full((len(doc), V), np.nan) for doc in docs]  # [N_doc, V] per Doc; NaN = untagged
+        returned = [np.full(len(doc), -1, dtype=np.int64) for doc in docs]  # [N_doc] returned label ids
         spans: list[list[Span]] = [[] for _ in docs]
         span_scores: list[list[float]] = [[] for _ in docs]
+        chunks: list[list[tuple]] = [[] for _ in docs]  # (type, start_char, end_char, P) per Doc
         if sequences:
             # transform_docs reads len() and the tokens of each item, so token lists stand in for Docs.
             matrix = tagger.featurizer.transform_docs(sequences)
@@ -259,14 +354,18 @@ class GpseqComponent:
                     else:
                         best = p.argmax(-1) if decode == "max-marginal" else paths[row, :T]
                     number = owners[index]
-                    positions = np.fromiter((token.i for token in tokens), dtype=np.int64, count=T)
+                    positions = [token.i for token in tokens]
                     probs[number][positions] = p
-                    self._write(docs[number], tokens, p, best, spans[number], span_scores[number],
-                                None if exact is None else exact[row])
-        for doc, p, found, scores in zip(docs, probs, spans, span_scores):
+                    returned[number][positions] = best
+                    records = self._write(tokens, p, best, None if exact is None else exact[row])
+                    spans[number].extend(doc_spans(docs[number], records, positions))
+                    span_scores[number].extend(float(probability) for *_, probability in records)
+                    chunks[number].extend((kind, tokens[start].idx, tokens[end - 1].idx + len(tokens[end - 1]),
+                                           float(probability)) for kind, start, end, probability in records)
+        for doc, p, ids, found, scores, own in zip(docs, probs, returned, spans, span_scores, chunks):
             order = sorted(range(len(found)), key=lambda k: (found[k].start, found[k].end))
             found, scores = [found[k] for k in order], [scores[k] for k in order]
-            store_probabilities(doc, self.extension, tagger.labels, p)
+            store_probabilities(doc, self.extension, tagger.labels, p, ids, own)
             if self.task == "spans":
                 doc.spans[self.spans_key] = found
                 doc.spans[self.spans_key].attrs["scores"] = scores
@@ -310,20 +409,19 @@ class GpseqComponent:
             position += len(chunks)
         return out
 
-    def _write(self, doc: Doc, tokens: list[Token], p: np.ndarray, best: np.ndarray,
-               spans: list[Span], scores: list[float], exact: list[float] | None = None) -> None:
-        """Labels of one sequence into the Doc: tags, or spans (collected) with their probabilities
-        (`exact`: P(exact span) per chunk; None: the product of the token marginals)."""
+    def _write(self, tokens: list[Token], p: np.ndarray, best: np.ndarray,
+               exact: list[float] | None = None) -> list[list]:
+        """Labels of one sequence: set as tags, or returned as its chunks [type, start, end, P] over the
+        sequence (`exact`: P(exact span) per chunk; None: the product of the token marginals)."""
         labels = [self._tagger.labels[i] for i in best]
         if self.task == "tag":
             set_tags(tokens, labels, self._upos)
-            return
+            return []
         confidence = p[np.arange(len(tokens)), best].tolist()  # [T] p(y_t = predicted label_t)
         records = span_records(labels, confidence, self._tagger.config.tag_scheme)
         if exact is not None:
             records = [[*record[:3], probability] for record, probability in zip(records, exact)]
-        spans.extend(doc_spans(doc, records, [token.i for token in tokens]))
-        scores.extend(float(probability) for *_, probability in records)
+        return records
 
     # ---- serialisation --------------------------------------------------------------------------
     def to_disk(self, path: str | os.PathLike, *, exclude: Iterable[str] = ()) -> None:
@@ -395,6 +493,40 @@ class GpseqComponent:
 def _check_model_dir(model_path: str | None, name: str) -> Path:
     """The model directory, after a cheap check of its `tagger.json` (no TensorFlow)."""
     if model_path is None:
-        raise ConfigError(f"gpseq component {name!r}: no model (set config model = \"<model dir>\")")
+        raise ConfigError(f"gpseq component {name!r}: no model (set config model = \"<model dir>\", or "
+                          "labels = … and train it: spacy train, nlp.initialize)")
     read_model_meta(model_path)
     return Path(model_path)
+
+
+_TASK_OF_LABELS = {"tag": "tag", "pos": "tag", "ents": "ents", "spans": "spans"}
+
+
+def _label_source(name: str, labels: str | None, task: str, spans_key: str) -> tuple[str, str | None] | None:
+    """(kind, span group key) of the `labels` setting (as `gpseq train --spacy-labels`), checked against
+    the task and the span group the component writes; None when unset."""
+    from gpseq.corpora.docbin import parse_label_source
+
+    if labels is None:
+        return None
+    try:
+        kind, key = parse_label_source(labels)
+    except ConfigError as error:
+        raise ConfigError(f"gpseq component {name!r}: labels: {error}") from None
+    if task != "auto" and _TASK_OF_LABELS[kind] != task:
+        raise ConfigError(f"gpseq component {name!r}: labels {labels!r} are written by task "
+                          f"{_TASK_OF_LABELS[kind]!r}, not {task!r}")
+    if kind == "spans" and key != spans_key:
+        raise ConfigError(f"gpseq component {name!r}: labels {labels!r} train on span group {key!r} but the "
+                          f"component writes doc.spans[{spans_key!r}]; set spans_key = {key!r}")
+    return kind, key
+
+
+def _training_sentences(examples: Iterable, label_source: tuple[str, str | None], scheme: str, name: str) -> list:
+    """gpseq `Sentence`s of the examples' reference Docs, as `gpseq.corpora.docbin` reads a DocBin."""
+    from gpseq.corpora.docbin import _doc_sentences
+
+    kind, key = label_source
+    where = f"training examples of gpseq component {name!r}"
+    return [sentence for index, example in enumerate(examples)
+            for sentence in _doc_sentences(example.reference, index, kind, key, scheme, where)]

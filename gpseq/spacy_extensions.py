@@ -1,7 +1,10 @@
 """The spaCy component's extension attributes and the per-Doc store behind them:
 `Token._.<extension>` (a token's marginals as {label: p(y_t = label | X)}, read from
 `doc.user_data[("gpseq", extension)]` = {"labels": [V], "probs": [N_doc, V], "starts": [N_doc],
-"ends": [N_doc]}, NaN rows for untagged tokens) and `Span._.<span_extension>` (P(this exact span | X)).
+"ends": [N_doc], "chosen": [N_doc], "chunks": [[type, start_char, end_char, P]]}, NaN rows for
+untagged tokens) and `Span._.<span_extension>` (P(this exact span | X)). "chosen" (the id of the
+label the component returned, −1 untagged) and "chunks" (its chunks with P(exact span | X)) keep the
+component's own decisions, which its `score` measures whatever later components do to the Doc.
 
 Rows are found by the tokens' character offsets (`starts`, `ends`), not by `token.i` alone: a later
 component that retokenises the Doc (`merge_entities`, `merge_noun_chunks`) shifts the indices,
@@ -17,16 +20,21 @@ from spacy.tokens import Doc, Span, Token
 
 from gpseq.errors import ConfigError
 
-__all__ = ["register_extensions", "store_probabilities", "token_distribution", "token_probabilities"]
+__all__ = ["register_extensions", "stored_predictions", "store_probabilities", "token_distribution",
+           "token_probabilities"]
 
 _DATA_KEY = "gpseq"
 
 
-def store_probabilities(doc: Doc, extension: str, labels: Sequence[str], probs: np.ndarray) -> None:
+def store_probabilities(doc: Doc, extension: str, labels: Sequence[str], probs: np.ndarray, chosen: np.ndarray,
+                        chunks: Sequence[tuple] = ()) -> None:
     """Keep a Doc's marginals `probs [N_doc, V]` over `labels [V]` for `Token._.<extension>`, with
-    the character offsets of its tokens."""
+    the character offsets of its tokens, the returned label ids `chosen [N_doc]` (−1: untagged) and
+    the returned chunks (type, start_char, end_char, P(exact span | X))."""
     starts, ends = _offsets(doc)
-    doc.user_data[(_DATA_KEY, extension)] = {"labels": list(labels), "probs": probs, "starts": starts, "ends": ends}
+    doc.user_data[(_DATA_KEY, extension)] = {"labels": list(labels), "probs": probs, "starts": starts, "ends": ends,
+                                             "chosen": np.asarray(chosen, dtype=np.int64),
+                                             "chunks": [list(chunk) for chunk in chunks]}
 
 
 def _offsets(doc: Doc) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +83,21 @@ def token_probabilities(doc: Doc, extension: str = "gpseq_probs") -> tuple[list[
     out = np.full((len(doc), probs.shape[1]), np.nan)
     out[rows >= 0] = probs[rows[rows >= 0]]
     return list(data["labels"]), out
+
+
+def stored_predictions(doc: Doc, extension: str = "gpseq_probs"):
+    """What that component returned, per token of the Doc as it is now: (labels [V], probabilities
+    [N_doc, V] (NaN rows untagged), returned label ids [N_doc] (−1 untagged), {(start_char, end_char,
+    type): P(exact span | X)} of its chunks); None where it stored no decisions on the Doc."""
+    data = doc.user_data.get((_DATA_KEY, extension))
+    if data is None or "chosen" not in data:
+        return None
+    labels, probs = token_probabilities(doc, extension)
+    stored = np.asarray(data["chosen"])
+    rows = _rows(data, *_offsets(doc))
+    chosen = np.where(rows >= 0, stored[np.maximum(rows, 0)], -1) if len(stored) else np.full(len(doc), -1)
+    chunks = {(int(start), int(end), kind): float(p) for kind, start, end, p in data["chunks"]}
+    return labels, probs, chosen, chunks
 
 
 def register_extensions(extension: str, span_extension: str) -> None:
