@@ -2,10 +2,10 @@
 
 Two taggers tested on the same sentences differ by a few thousandths in ECE or NLL; whether that
 is the systems or the sample of sentences is what a reader needs to know before reading "wins".
-`outcomes` keeps what the metrics of `gpseq.evaluate` are computed from, per token and per
+`outcomes` keeps what the metrics of `gpseq.evaluation.evaluate` are computed from, per token and per
 sentence; `paired_bootstrap` draws the test sentences with replacement (the same draw for both
 systems, `RESAMPLES` times) and reports the difference A − B of each metric on the full set with
-the 2.5 % and 97.5 % quantiles of its bootstrap distribution. The metrics are `gpseq.metrics`'
+the 2.5 % and 97.5 % quantiles of its bootstrap distribution. The metrics are `gpseq.evaluation.metrics`'
 own functions, so the full-set figures equal the reported ones.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpseq.evaluate import DEFAULT_EPS
-from gpseq.metrics import aurc, expected_calibration_error, spans
+from gpseq.evaluation.evaluate import DEFAULT_EPS
+from gpseq.evaluation.metrics import aurc, expected_calibration_error, spans
 
 RESAMPLES = 1000
 METRICS = ("token_nll", "ece", "brier", "aurc", "score")

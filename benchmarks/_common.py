@@ -175,7 +175,7 @@ def temper(probabilities, temperature: float):
 
 
 def fit_temperature(probabilities, gold_index) -> float:
-    """T minimising the mean token NLL −log max(p^(1/T)[gold] / Σ, eps) (gpseq.evaluate's token NLL).
+    """T minimising the mean token NLL −log max(p^(1/T)[gold] / Σ, eps) (gpseq.evaluation.evaluate's token NLL).
 
     probabilities: [N, V]; gold_index: [N], −1 for labels outside the model's set (left out:
     tempering cannot change their NLL). Grid over log T in [log 0.05, log 20], then a bounded
@@ -186,7 +186,7 @@ def fit_temperature(probabilities, gold_index) -> float:
     import numpy as np
     from scipy.optimize import minimize_scalar
 
-    from gpseq.evaluate import DEFAULT_EPS
+    from gpseq.evaluation.evaluate import DEFAULT_EPS
 
     seen = gold_index >= 0
     if not seen.any():

@@ -103,7 +103,7 @@ def crfsuite_tempered(sentences, test, features, seed) -> tuple[float, float]:
     fitted by NLL on the held-out 10 % (at least one sentence), its marginals p^(1/T)."""
     import sklearn_crfsuite
 
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
     from gpseq.features import Featurizer
 
     order = np.random.default_rng(seed).permutation(len(sentences))
@@ -127,7 +127,7 @@ def crfsuite_tempered(sentences, test, features, seed) -> tuple[float, float]:
 def run_crfsuite(train, labelled, pool_ids, test, features, rounds, step, log, seed=0):
     import sklearn_crfsuite
 
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
     from gpseq.features import Featurizer
 
     labelled = list(labelled)

@@ -30,7 +30,7 @@ Systems, trained and tested in the same run:
   `crfsuite_half`, on half of the sentences (seeded) with every label, none of the others;
 - `np_vp` only, the common workaround for entity-only annotation: `as_o` (gpseq) and
   `crfsuite_as_o`, every `?` read as O, all sentences.
-Metrics on test.txt: chunk F1 and token NLL (`gpseq.evaluate`, each system with its own label set:
+Metrics on test.txt: chunk F1 and token NLL (`gpseq.evaluation.evaluate`, each system with its own label set:
 gold labels it cannot predict are errors, NLL clipped). In `np_vp` the models know only the labels
 they were shown, so the test gold is projected the same way — NP and VP chunks kept, every other
 token O — and the chunk F1 is that of NP and VP chunks (`chunk_f1`, and per type); token NLL is
@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 from _common import corpora_root, crfsuite_features, crfsuite_marginals, run_meta  # noqa: E402
 from versus_crf import CRF_PARAMS, refuse_tracked, train_crf  # noqa: E402
 from gpseq.corpora import UNLABELLED, Sentence, read_conll, split_label, write_conll  # noqa: E402
-from gpseq.evaluate import evaluate  # noqa: E402
+from gpseq.evaluation.evaluate import evaluate  # noqa: E402
 
 HIDDEN_SHARE, SEED = 0.5, 0
 BUDGET_S, CALIBRATION_STEPS, VARIANCE_DRAWS, VARIANCE_BATCH = 600.0, 30, 50, 32

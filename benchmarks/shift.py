@@ -10,7 +10,7 @@ in the same run:
   command, run by its `run_systems`), loaded with `Tagger.load` and tested with default settings.
 - `gpseq_map_t`: the same trained model with its posterior variance switched off: a copy of the
   model directory whose variance scale α (`var:variance_scale` in arrays.npz, the α of
-  `gpseq.linear_predictive.LinearPredictive`) is the smallest positive number of its dtype
+  `gpseq.predict.linear.LinearPredictive`) is the smallest positive number of its dtype
   (gpseq refuses to load an α that is not positive; √(1 + π α v / 8) is then 1 to machine
   precision, as at α = 0), so that its probabilities are the MAP weights' under the model's
   temperature T alone (T as the training fitted it together with α, not fitted again).
@@ -84,8 +84,8 @@ from versus_crf import (  # noqa: E402
     train_crf,
 )
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
-from gpseq.model_dir import file_manifest  # noqa: E402
-from gpseq.model_meta import META_FILE  # noqa: E402
+from gpseq.saved.directory import file_manifest  # noqa: E402
+from gpseq.saved.meta import META_FILE  # noqa: E402
 
 SYSTEMS = ("gpseq", "gpseq_map_t", "crfsuite", "crfsuite_t", "crfsuite_ref", "crfsuite_ref_t")
 PEERS = SYSTEMS[1:]

@@ -31,7 +31,7 @@ def _size(path: Path) -> int:
 
 
 def _f1(gold_sentences, predicted_sentences) -> float:
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
 
     return evaluate(gold_sentences, predicted_sentences, scheme="iob2").to_dict()["chunk_f1"]
 

@@ -7,7 +7,7 @@ conll2000: train.txt → test.txt. paper: the seed paper's small-scale protocol 
 sets — pool train+test, 5 seeded folds, train on N_seq = 150/50/20/50 sequences (BASE NP /
 CHUNKING / SEGMENTATION / JAPANESE NE) drawn from outside the fold, test on the fold.
 CRFsuite gets exactly the feature strings of gpseq's featuriser (same preset); its per-token
-marginals and sequence probabilities go through the same `gpseq.evaluate`.
+marginals and sequence probabilities go through the same `gpseq.evaluation.evaluate`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from _common import (  # noqa: E402
     peak_rss_mb,
 )
 from gpseq.corpora import read_conll  # noqa: E402
-from gpseq.evaluate import evaluate  # noqa: E402
+from gpseq.evaluation.evaluate import evaluate  # noqa: E402
 from gpseq.features import get_preset  # noqa: E402
 from gpseq.structured.model import ModelConfig  # noqa: E402
 from gpseq.tagger import Tagger, TaggerConfig  # noqa: E402

@@ -22,7 +22,7 @@ Systems, trained in this process:
 
 For each system, spans = the chunks of its returned labels; span probability = exact (the chain)
 and `product` (Π of the token marginals of the span's labels, the approximation gpseq used
-before). Metrics (gpseq/trust.py): entity-level ECE (15 bins), Brier, AURC, error at 80/90/95 %
+before). Metrics (gpseq/evaluation/trust.py): entity-level ECE (15 bins), Brier, AURC, error at 80/90/95 %
 coverage of spans ranked by probability; the same for tokens (returned label's marginal); ECE by
 frequency band (types with < 5 % of the gold spans are "rare"); n-best coverage calibration for
 k = 1, 2, 5, 10 (fraction of test sentences whose gold path is among the k best against the mean
@@ -57,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import corpora_root, crfsuite_features, crfsuite_marginals, machine  # noqa: E402
 
 from gpseq.corpora import detect_scheme, read_conll, spans, train_dev_split  # noqa: E402
+from gpseq.evaluation.evaluate import expected_calibration_error  # noqa: E402
+from gpseq.evaluation.trust import entity_report, nbest_coverage, selective_summary, token_band_report  # noqa: E402
 from gpseq.structured.spans import ChainPosterior, SpanScheme, span_queries  # noqa: E402
-from gpseq.trust import entity_report, nbest_coverage, selective_summary, token_band_report  # noqa: E402
-from gpseq.evaluate import expected_calibration_error  # noqa: E402
 
 CRF_PARAMS = dict(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100, all_possible_transitions=True)
 NBEST = 10

@@ -57,7 +57,7 @@ corpora of ≥ 2,000 training tokens", "peak training RSS ≤ reference CRFsuite
 of at least 2,000 training tokens (JapaneseNE counts; basenp, chunking and seg, under 2,000, are
 reported and left out of the counts; small-* and shift-* are not counted).
 
-Metrics (gpseq.evaluate, each system with its own label set; gold labels it never saw are
+Metrics (gpseq.evaluation.evaluate, each system with its own label set; gold labels it never saw are
 errors with clipped NLL): score = chunk F1 when the labels are chunk labels, else token
 accuracy; token NLL; ECE (15 bins) on the returned labels and their probabilities, and
 ece_argmax; Brier; AURC and error at 90 % coverage; train_s; tagging tokens/s (featurisation
@@ -140,7 +140,7 @@ from _common import (  # noqa: E402
     temper,
 )
 from gpseq.corpora import read_conll, write_conll  # noqa: E402
-from gpseq.evaluate import evaluate  # noqa: E402
+from gpseq.evaluation.evaluate import evaluate  # noqa: E402
 
 SYSTEMS = ("gpseq", "crfsuite", "crfsuite_t", "crfsuite_ref", "crfsuite_ref_t")
 BASE_SYSTEMS = SYSTEMS[:3]  # what `run_systems` / `test_all` train and test by default (shift.py's use)

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from gpseq.corpora.types import Sentence
+from gpseq.corpora.types import Sentence, as_sentences
 from gpseq.errors import ConfigError, InputFormatError
 
 __all__ = ["ModelChain", "model_name", "is_model_dir"]
@@ -172,9 +172,7 @@ class ModelChain:
              should_stop: Callable[[], bool] | None = None) -> list[Sentence]:
         """`sentences` with the labels of every model but the last appended to each token's columns
         (the input of the last model)."""
-        from gpseq.tagger import _as_sentences
-
-        sentences = _as_sentences(sentences)
+        sentences = as_sentences(sentences)
         if len(self.taggers) == 1:
             return sentences
         widths = [min(map(len, s.columns), default=1) for s in sentences]
@@ -226,7 +224,7 @@ class ModelChain:
         """`Tagger.select` of the last model over the pool the earlier models fed (read and fed a
         chunk at a time): the acquisition scores are the last model's; each picked sentence keeps
         the earlier models' labels as its last columns, and its tagging's `chain` holds them."""
-        from gpseq.active import CHUNK_SENTENCES
+        from gpseq.active.selection import CHUNK_SENTENCES
 
         if len(self.taggers) == 1:
             return self.last.select(sentences, n, strategy, **options)
@@ -238,7 +236,7 @@ class ModelChain:
         return picked
 
     def _fed_stream(self, sentences: Iterable, size: int) -> Iterator[Sentence]:
-        from gpseq.active import _chunks
+        from gpseq.active.selection import _chunks
 
         if isinstance(sentences, str):  # refused as `Tagger.select` refuses it, not read as characters
             self.feed(sentences)

@@ -33,7 +33,7 @@ class TaggerConfig:
     decode: str = "auto"  # "viterbi" (on the posterior-mean potentials) | "max-marginal" | "span-f1" |
     # "auto": the default training keeps viterbi or max-marginal, whichever scores higher (chunk F1 for
     # chunk labels, else token accuracy) on the held-out predictions it calibrates on, and saves that
-    # (`tagging.choose_decoder`); viterbi where nothing was held out
+    # (`predict.decode.choose_decoder`); viterbi where nothing was held out
     dtype: str = "float32"
     # a sentence longer than predict_max_tokens is tagged in windows of that many tokens, each
     # token's results taken from a window where it has >= predict_overlap tokens of context on

@@ -25,36 +25,17 @@ import scipy.sparse as sp
 
 from gpseq.cancellation import check_cancelled, stopping_when
 from gpseq.config import TaggerConfig, check_window
-from gpseq.corpora.types import UNLABELLED, Sentence
+from gpseq.corpora.types import UNLABELLED, Sentence, as_sentences
 from gpseq.errors import ConfigError, GpseqError
 from gpseq.features import Featurizer
-from gpseq.prediction import Predictor
+from gpseq.predict.decode import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
+from gpseq.predict.predictor import Predictor
+from gpseq.saved.tagger import build_model, read_tagger, write_tagger
 from gpseq.structured.likelihoods import likelihood_by_name
-from gpseq.tagger_saved import build_model, read_tagger, write_tagger
-from gpseq.tagging import TaggedSentence, TagOptions, given_span_probabilities, tag_batch
 from gpseq.training.batching import UNKNOWN_LABEL_ID, UNLABELLED_ID, SequenceData
 from gpseq.training.config import Progress
 
-__all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives in gpseq.tagging
-
-
-def _as_sentences(sentences: Iterable) -> list[Sentence]:
-    """Sentences given as `Sentence`s or token lists, as `Sentence`s; strings are refused (a string
-    would be read as its characters)."""
-    if isinstance(sentences, str):
-        raise GpseqError(f"expected a list of tokenised sentences, got one string ({sentences[:40]!r}): give "
-                         "each sentence as a list of tokens (raw text: gpseq.corpora.read_corpus(path, "
-                         "labelled=False) tokenises a file)")
-    out = []
-    for sentence in sentences:
-        if isinstance(sentence, Sentence):
-            out.append(sentence)
-        elif isinstance(sentence, str):
-            raise GpseqError(f"expected tokenised sentences (each a list of tokens or a Sentence), got a string "
-                             f"({sentence[:40]!r})")
-        else:
-            out.append(Sentence(tokens=list(sentence)))
-    return out
+__all__ = ["TaggedSentence", "Tagger", "TaggerConfig"]  # TaggedSentence lives in gpseq.predict.decode
 
 
 def _decode_resolved(config: TaggerConfig, chosen: str | None) -> TaggerConfig:
@@ -92,12 +73,12 @@ class Tagger:
 
     @property
     def predictor(self) -> Predictor:
-        """The model's batched, windowed prediction (`gpseq/prediction.py`), compiled on first use;
-        the default model's deterministic predictive in NumPy (`gpseq.linear_predictive`) when the
+        """The model's batched, windowed prediction (`gpseq/predict/predictor.py`), compiled on first use;
+        the default model's deterministic predictive in NumPy (`gpseq.predict.linear`) when the
         tagger holds its trained or loaded arrays (not a live TensorFlow model that SVI may still
         be changing): it never builds the TensorFlow model."""
         if self._predictor is None:
-            from gpseq.linear_predictive import LinearPredictive
+            from gpseq.predict.linear import LinearPredictive
 
             dtype = np.float32 if self.config.dtype == "float32" else np.float64
             linear = None if self._state is None else LinearPredictive.from_state(self.config.model, self._state, dtype)
@@ -131,14 +112,14 @@ class Tagger:
 
         `init`: a previous tagger to warm-start from (a round of active learning): one MAP fit on all
         of `train`, starting from its weights (mapped by feature name and label), with its prior
-        (σ², l1) and its calibration, for a third of the iterations (`gpseq.warm_start`); default
+        (σ², l1) and its calibration, for a third of the iterations (`gpseq.training.warm_start`); default
         training only."""
         config = config or TaggerConfig()
         config.validate()
         likelihood_by_name(config.model.likelihood)  # the user's plug-in: its import fails here, before any work
         saved_config = config
         if init is not None and config.resolved_method() == "laplace":
-            from gpseq.warm_start import warm_config
+            from gpseq.training.warm_start import warm_config
 
             config = warm_config(config, init)
         from gpseq.training import corpus_passes
@@ -195,12 +176,12 @@ class Tagger:
             dev_data = cls._sequence_data(featurizer, list(dev), label_index) if dev else None
             start = None
             if init is not None:
-                from gpseq.warm_start import calibration_arrays, map_start
+                from gpseq.training.warm_start import calibration_arrays, map_start
 
                 start = map_start(init, featurizer, labels)
             choose = None
             if saved_config.decode == "auto":
-                from gpseq.tagging import choose_decoder
+                from gpseq.predict.decode import choose_decoder
 
                 choose = lambda decodes: choose_decoder(decodes, labels, config.tag_scheme)  # noqa: E731
             arrays, scores = train_laplace(config, featurizer, len(labels), data, dev_data, callbacks, init=start,
@@ -256,8 +237,8 @@ class Tagger:
         yields (sentence index array, marginals [B, T, V], paths [B, T], log-probs [B]) and, with
         `chains`, the batch's `ChainPosterior`.
 
-        Batches hold at most `batch_size` sentences and `prediction.PREDICT_TOKENS` padded tokens
-        (under Monte Carlo at most `prediction.PREDICT_TOKEN_DRAWS` tokens × draws, or one
+        Batches hold at most `batch_size` sentences and `predict.predictor.PREDICT_TOKENS` padded tokens
+        (under Monte Carlo at most `predict.predictor.PREDICT_TOKEN_DRAWS` tokens × draws, or one
         sentence). A sentence longer than `max_tokens` (default: the config's
         `predict_max_tokens`) is tagged in overlapping windows of that many tokens and yielded
         alone, stitched (see `tag`)."""
@@ -284,16 +265,17 @@ class Tagger:
                    batch_size: int = 256, seed: int = 0, max_tokens: int | None = None):
         """Yields (sentence index array, `ChainPosterior`) over batches: the predictive's chains (one
         probit-scaled chain, or S calibrated draws with `samples=S`) for any span, path or n-best query."""
-        for ids, _, _, _, posterior in self.predict_batches(_as_sentences(sentences), samples=samples, mean=mean,
+        for ids, _, _, _, posterior in self.predict_batches(as_sentences(sentences), samples=samples, mean=mean,
                                                             batch_size=batch_size, seed=seed,
                                                             max_tokens=max_tokens, chains=True):
             yield ids, posterior
 
     def select(self, sentences: Iterable, n: int, strategy: str = "bald", **options) -> list:
-        """The `n` sentences most worth annotating, best first, as `gpseq.active.Selected` (pool index,
-        sentence, score, current tagging): strategies bald, entropy, least-confidence, margin,
-        random; options (level, normalise, samples, max_similarity, seed, …) in `gpseq.active.select`."""
-        from gpseq.active import select
+        """The `n` sentences most worth annotating, best first, as `gpseq.active.selection.Selected`
+        (pool index, sentence, score, current tagging): strategies bald, entropy, least-confidence,
+        margin, random; options (level, normalise, samples, max_similarity, seed, …) in
+        `gpseq.active.selection.select`."""
+        from gpseq.active.selection import select
 
         return select(self, sentences, n, strategy, **options)
 
@@ -302,7 +284,7 @@ class Tagger:
         """P(span | X) of user-given spans: `spans[s]` = [(type, start, end exclusive)] of sentence s,
         each the probability that exactly this chunk (conlleval boundaries of the tag scheme) is in
         the label path, whatever the rest of the sentence."""
-        sentences = _as_sentences(sentences)
+        sentences = as_sentences(sentences)
         return given_span_probabilities(self.span_scheme, self.config.tag_scheme, sentences, spans,
                                         self.posteriors(sentences, samples=samples, mean=mean))
 
@@ -348,7 +330,7 @@ class Tagger:
         `should_stop`: a function the prediction calls between batches and every few hundred chain
         steps (`gpseq.cancellation`); once it returns True, `tag` raises `Cancelled` at that check
         (the service stops the call of requests that timed out)."""
-        sentences = _as_sentences(sentences)
+        sentences = as_sentences(sentences)
         options = TagOptions.checked(decode or self.config.decoder, spans, nbest, abstain_below, self.span_scheme)
         results: list[TaggedSentence | None] = [None] * len(sentences)
         with stopping_when(should_stop):
@@ -364,11 +346,11 @@ class Tagger:
 
     def evaluate(self, corpus: Sequence[Sentence], *, samples: int | None = None, mean: bool | None = None,
                  n_bins: int = 15, decode: str | None = None, target_error: float | None = None):
-        """Metrics of `gpseq.evaluate` on a labelled corpus (gold labels unseen in training count as errors;
-        sentences with tokens labelled `?` are left out and counted, `n_skipped_sentences`),
+        """Metrics of `gpseq.evaluation.evaluate` on a labelled corpus (gold labels unseen in training
+        count as errors; sentences with tokens labelled `?` are left out and counted, `n_skipped_sentences`),
         with entity-level calibration of the exact span probabilities for chunk labels and, with
-        `target_error`, the abstention threshold reaching it (`gpseq.trust`)."""
-        from gpseq.evaluate import evaluate
+        `target_error`, the abstention threshold reaching it (`gpseq.evaluation.trust`)."""
+        from gpseq.evaluation.evaluate import evaluate
 
         corpus = list(corpus)
         tagged = self.tag(corpus, samples=samples, mean=mean, decode=decode)

@@ -30,7 +30,7 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from gpseq.corpora import Sentence, read_conll, train_dev_split
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
     from gpseq.features import get_preset
     from gpseq.tagger import Tagger, TaggerConfig
     from gpseq.training.trainer import TrainingConfig

@@ -1,4 +1,4 @@
-"""Active learning (`gpseq.active`): every score against its definition by brute-force enumeration
+"""Active learning (`gpseq.active.selection`): every score against its definition by brute-force enumeration
 of the label paths of tiny chains, the ranking's determinism, and the annotation-tool outputs
 against the fields Prodigy and Label Studio document."""
 
@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from gpseq.acquisition import (chain_entropies, chain_scores, chain_token_marginals, combine, mixture_path_log_probs,
-                               sample_paths)
+from gpseq.active.acquisition import (chain_entropies, chain_scores, chain_token_marginals, combine,
+                                      mixture_path_log_probs, sample_paths)
 from gpseq.structured.spans import ChainPosterior
 
 
@@ -178,7 +178,7 @@ def trained(sample_dir):
 
 
 def test_select_is_deterministic_under_a_seed_and_scores_are_the_strategy(trained):
-    from gpseq.active import score_sentences
+    from gpseq.active.selection import score_sentences
 
     tagger, train = trained
     pool = [s for s in train[120:220]]
@@ -234,7 +234,7 @@ def test_select_rejects_bad_options(trained):
 
 def test_warm_start_maps_weights_by_feature_name_and_label(trained):
     from gpseq.features import Featurizer, get_preset
-    from gpseq.warm_start import map_start, previous_arrays
+    from gpseq.training.warm_start import map_start, previous_arrays
 
     tagger, train = trained
     featurizer = Featurizer(get_preset("chunking")).fit(train[60:200])  # other features, other column order
@@ -269,7 +269,7 @@ def test_train_with_init_is_a_warm_started_round(trained):
     # (kept with its calibration)
     assert {**warm.config.to_dict(), "decode": "auto"} == config.to_dict()
     assert warm.config.decode == tagger.config.decode == warm.scores["decode"] != "auto"
-    from gpseq.warm_start import previous_arrays
+    from gpseq.training.warm_start import previous_arrays
 
     assert float(previous_arrays(warm)["var:temperature"]) == pytest.approx(
         float(previous_arrays(tagger)["var:temperature"]))
@@ -449,7 +449,7 @@ def test_monte_carlo_scores_and_marginals_do_not_depend_on_the_batch(trained):
     Monte Carlo marginals are the same scored alone, in a batch of others or in chunks of any size.
     Before, the weights' noise was drawn per batch (for the batch's own features, from a seed with the
     batch's number), so a sentence's score changed with the sentences batched with it."""
-    from gpseq.active import score_sentences
+    from gpseq.active.selection import score_sentences
 
     tagger, train = trained
     pool = train[120:160]

@@ -29,7 +29,7 @@ def test_a_scored_model_is_freed_with_its_tagger(saved):
     """The compiled chain functions were cached under the model (a weak key) but closed over it: the
     cache kept every model a select had scored with alive for the life of the process (a loop of
     active-learning rounds grew by a model per round)."""
-    from gpseq.active import score_sentences
+    from gpseq.active.selection import score_sentences
     from gpseq.tagger import Tagger
 
     directory, pool = saved
@@ -49,7 +49,7 @@ def test_sequence_level_memory_grows_linearly_with_the_draws():
     are the same (the same paths, each under every chain)."""
     import tracemalloc
 
-    from gpseq.acquisition import chain_scores
+    from gpseq.active.acquisition import chain_scores
     from gpseq.structured.spans import ChainPosterior
 
     def peak(R):
@@ -76,8 +76,8 @@ def test_tool_outputs_keep_small_scores():
     came out 0.0 for every task, their order lost. They keep 6 significant digits."""
     from types import SimpleNamespace
 
-    from gpseq.active import Selected
-    from gpseq.annotation import labelstudio_task, prodigy_task
+    from gpseq.active.annotation import labelstudio_task, prodigy_task
+    from gpseq.active.selection import Selected
     from gpseq.corpora.types import Sentence
 
     sentence = Sentence(tokens=["Acme", "rose", "."])

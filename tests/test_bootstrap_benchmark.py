@@ -1,5 +1,5 @@
 """The paired bootstrap of `benchmarks/versus_crf.py` (`benchmarks/_bootstrap.py`): its metrics on a
-set of sentences are `gpseq.evaluate`'s on those sentences, and its interval behaves as one."""
+set of sentences are `gpseq.evaluation.evaluate`'s on those sentences, and its interval behaves as one."""
 
 import sys
 from pathlib import Path
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from _bootstrap import metric, outcomes, paired_bootstrap  # noqa: E402
 
-from gpseq.evaluate import evaluate  # noqa: E402
+from gpseq.evaluation.evaluate import evaluate  # noqa: E402
 
 LABELS = ["B-NP", "I-NP", "O"]
 

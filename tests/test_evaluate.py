@@ -12,16 +12,8 @@ import pytest
 
 from gpseq.corpora import read_conll
 from gpseq.errors import ConfigError, NumericalError
-from gpseq.evaluate import (
-    aurc,
-    brier_score,
-    chunk_scores,
-    evaluate,
-    expected_calibration_error,
-    reliability_diagram,
-    risk_coverage,
-    selective_error,
-)
+from gpseq.evaluation.evaluate import (aurc, brier_score, chunk_scores, evaluate, expected_calibration_error,
+                                       reliability_diagram, risk_coverage, selective_error)
 
 
 # ---- a reference: conlleval's streaming chunk counter, written out from its definition ---------
@@ -255,7 +247,7 @@ def test_plots_write_through_a_symlink_and_keep_an_existing_files_mode(tmp_path)
     became a regular file and its target kept the old contents."""
     import os
 
-    from gpseq.trust import risk_coverage_plot, selective_curves
+    from gpseq.evaluation.trust import risk_coverage_plot, selective_curves
 
     rng = np.random.default_rng(1)
     confidence = rng.uniform(size=200)

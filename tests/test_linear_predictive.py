@@ -1,4 +1,4 @@
-"""The default model's deterministic predictive in NumPy (`gpseq.linear_predictive`) against the
+"""The default model's deterministic predictive in NumPy (`gpseq.predict.linear`) against the
 TensorFlow model's (`structured/predict.py`, an independent implementation: padded gathers, TF
 chain), on a model trained with the default command, and its Viterbi against brute force."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpseq.corpora import read_conll
-from gpseq.linear_predictive import LinearPredictive, viterbi
+from gpseq.predict.linear import LinearPredictive, viterbi
 from gpseq.tagger import Tagger
 
 

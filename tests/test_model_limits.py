@@ -33,7 +33,7 @@ from test_robustness import _subprocess_env, corpus, model  # noqa: F401  (fixtu
 from gpseq.config import MAX_NBEST, MAX_SAMPLES, TaggerConfig
 from gpseq.errors import ConfigError, ModelFormatError, NumericalError
 from gpseq.features.config import MAX_WINDOW, FeatureConfig
-from gpseq.model_meta import MAX_LABELS, check_array_values
+from gpseq.saved.meta import MAX_LABELS, check_array_values
 from gpseq.structured.config import ModelConfig
 from gpseq.training.config import TrainingConfig
 

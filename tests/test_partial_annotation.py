@@ -242,7 +242,7 @@ def test_conll_question_mark_and_jsonl_null_empty_missing_labels_read_as_unlabel
 
 
 def test_evaluate_leaves_out_and_counts_sentences_with_unlabelled_gold_tokens():
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
 
     labels = ["B-NP", "I-NP", "O"]
     gold = [["B-NP", "I-NP", "O"], ["B-NP", "?"], ["O", "B-NP"]]

@@ -118,8 +118,8 @@ def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
     mean confidences were re-binned, and the plot's ECE was not the report's. Hand-computed: two
     tokens, p(returned) 0.48 (correct) and 0.52 (wrong), lie in 10-bin bins (0.4, 0.5] and (0.5, 0.6],
     ECE = ½·|1 − 0.48| + ½·|0 − 0.52| = 0.52 (15 bins would merge them: ECE 0)."""
-    import gpseq.evaluate as evaluate_module
-    from gpseq.metrics import expected_calibration_error
+    import gpseq.evaluation.evaluate as evaluate_module
+    from gpseq.evaluation.metrics import expected_calibration_error
 
     probabilities = [np.array([[0.48, 0.52], [0.48, 0.52]])]
     report = evaluate_module.evaluate([["A", "A"]], [["A", "B"]], labels=["A", "B"], probabilities=probabilities,
@@ -163,7 +163,7 @@ def test_token_probabilities_follow_the_tokens_when_a_later_component_merges_som
     row of whatever token used to have that index: 'said' got the distribution of 'company'. Each
     unmerged token must keep the distribution of the token with the same characters in the Doc before
     merging; a merged token has none."""
-    from gpseq.spacy_extensions import token_probabilities
+    from gpseq.spacy.extensions import token_probabilities
 
     text = "The company said sales fell sharply in the third quarter .  Profits rose ."
     plain = _pipeline(models, task="ents")

@@ -29,7 +29,7 @@ from test_cli import invoke, one_line  # the in-process CliRunner helpers (and `
 
 from gpseq.cli.train import TrainProgress  # noqa: E402
 from gpseq.corpora.text import TEXT_MAX_CHARS, TEXT_MAX_TOKENS, iter_text  # noqa: E402
-from gpseq.writers import ConllWriter  # noqa: E402
+from gpseq.predict.writers import ConllWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
@@ -338,7 +338,7 @@ def test_train_keeps_files_put_into_the_output_during_training(corpus, copy, tmp
 
 def test_save_rechecks_after_moving_the_old_directory_aside(model, copy, tmp_path, monkeypatch):
     """A file that appears after the last check but before the replace is not deleted either."""
-    import gpseq.model_dir as model_dir_module
+    import gpseq.saved.directory as model_dir_module
     from gpseq.errors import OutputError
     from gpseq.tagger import Tagger
 
@@ -1223,9 +1223,9 @@ def test_prediction_batches_are_bounded_whatever_the_sentence_length(default_tag
     model's NumPy predictive) holds at most PREDICT_TOKENS padded tokens and sequences of at most
     max_tokens tokens, for sentences of thousands of tokens tagged and scored next to short ones:
     memory bounded by construction."""
-    import gpseq.prediction as prediction_module
+    import gpseq.predict.predictor as prediction_module
     from gpseq.corpora import Sentence
-    from gpseq.linear_predictive import LinearPredictive
+    from gpseq.predict.linear import LinearPredictive
 
     shapes = []
     real_make_batch, real_padded = prediction_module.make_batch, LinearPredictive._padded

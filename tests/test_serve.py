@@ -65,8 +65,8 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(trained):
+    from gpseq.saved.meta import read_model_meta
     from gpseq.serve.models import ServedModel
-    from gpseq.model_meta import read_model_meta
 
     return {name: ServedModel(name, tagger, directory, read_model_meta(directory))
             for name, (directory, tagger) in trained.items()}
@@ -278,7 +278,7 @@ def test_response_schema(client, trained):
     import io
 
     from gpseq.corpora import Sentence
-    from gpseq.writers import JsonlWriter
+    from gpseq.predict.writers import JsonlWriter
 
     tokens = ["Stocks", "fell", "sharply", "."]
     reply = client.post("/tag", json={"sentences": [tokens], "full_distribution": True})
@@ -781,10 +781,10 @@ def test_round6_equals_round():
 @pytest.mark.parametrize("name", ["text", "rows"])
 def test_tag_records_equal_the_jsonl_writer(trained, test_sentences, name, options):
     """`tag_records` (all of a request's sentences at once) gives, sentence by sentence, what
-    `gpseq tag --format jsonl` writes (`writers.sentence_record`)."""
+    `gpseq tag --format jsonl` writes (`predict.writers.sentence_record`)."""
+    from gpseq.predict.writers import sentence_record
     from gpseq.serve.models import ServedModel
     from gpseq.serve.wire import tag_records
-    from gpseq.writers import sentence_record
 
     directory, tagger = trained[name]
     served = ServedModel(name, tagger, directory)

@@ -80,7 +80,7 @@ def test_factory_comes_from_the_entry_point_without_importing_gpseq():
         "import sys, spacy\n"
         "nlp = spacy.blank('en')\n"
         "pipe = nlp.add_pipe('gpseq', config={'model': 'nowhere'})\n"
-        "assert type(pipe).__module__ == 'gpseq.spacy_component', type(pipe)\n"
+        "assert type(pipe).__module__ == 'gpseq.spacy.component', type(pipe)\n"
         "print('tensorflow imported:', 'tensorflow' in sys.modules)\n"
         "try:\n"
         "    pipe.initialize()\n"
@@ -107,7 +107,7 @@ def test_pos_component_matches_tagger_on_the_same_tokens(models):
             distribution = doc[i]._.pos_probs
             assert list(distribution) == labels
             np.testing.assert_allclose(list(distribution.values()), result.probabilities[t], rtol=1e-5, atol=1e-7)
-    from gpseq.spacy_component import UPOS_FROM_PTB
+    from gpseq.spacy.component import UPOS_FROM_PTB
 
     for doc in docs:
         for token in doc:

@@ -1,6 +1,6 @@
 """The gpseq component inside spaCy's workflow: `spacy train` on pipelines/gpseq_ner_train.cfg fits
 the model in `initialize` (the same model as `Tagger.train` on the same sentences), `spacy evaluate`
-reports spaCy's scores and gpseq's calibration figures (the same as `gpseq.evaluate` gives), a trained
+reports spaCy's scores and gpseq's calibration figures (the same as `gpseq.evaluation.evaluate` gives), a trained
 pipeline packages with `spacy package` and loads by name; tags trained by `nlp.initialize`; the
 settings that would train on the wrong data are refused."""
 
@@ -160,7 +160,7 @@ def test_spacy_package_builds_an_sdist_that_installs_and_loads_by_name(trained, 
 
 def test_tags_trained_by_initialize_score_tag_acc_and_gpseqs_calibration():
     """labels = "tag": trained on token.tag_ by `nlp.initialize`, scored by `nlp.evaluate` as
-    `Tagger.train` + `gpseq.evaluate` on the same sentences."""
+    `Tagger.train` + `gpseq.evaluation.evaluate` on the same sentences."""
     from spacy.training import Example
 
     from gpseq.corpora import Sentence
@@ -194,7 +194,7 @@ def test_tags_trained_by_initialize_score_tag_acc_and_gpseqs_calibration():
 
 def test_a_span_group_trained_by_initialize_scores_spans_f_and_entity_calibration():
     """labels = "spans:chunks": trained on doc.spans["chunks"], written there, scored as spaCy's spancat
-    scores that group and as `gpseq.evaluate` on the same sentences."""
+    scores that group and as `gpseq.evaluation.evaluate` on the same sentences."""
     from spacy.training import Example
 
     from gpseq.corpora import Sentence

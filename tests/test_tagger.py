@@ -432,18 +432,18 @@ def test_strings_instead_of_tokenised_sentences_are_refused_by_name():
     """One string for the whole input (tag, select) is refused as such, not read as its characters;
     a string among the sentences is named. Neither message names another function (select's used
     to say "tag() takes ...")."""
-    from gpseq.active import select
+    from gpseq.active.selection import select
+    from gpseq.corpora.types import as_sentences
     from gpseq.errors import GpseqError
-    from gpseq.tagger import _as_sentences
 
     with pytest.raises(GpseqError, match=r"got one string \('The cat sat \.'\)") as raised:
-        _as_sentences("The cat sat .")
+        as_sentences("The cat sat .")
     assert "tag()" not in str(raised.value)
     with pytest.raises(GpseqError, match=r"got a string \('Dogs bark'\)"):
-        _as_sentences([["The", "cat"], "Dogs bark"])
+        as_sentences([["The", "cat"], "Dogs bark"])
     with pytest.raises(GpseqError, match="one string"):
         select(None, "The cat sat on the mat .", 2, "random")
-    assert [s.tokens for s in _as_sentences([["The", "cat"], ("Dogs", "bark")])] == [["The", "cat"], ["Dogs", "bark"]]
+    assert [s.tokens for s in as_sentences([["The", "cat"], ("Dogs", "bark")])] == [["The", "cat"], ["Dogs", "bark"]]
 
 
 def test_a_process_forked_after_tensorflow_started_refuses_to_run_it_instead_of_hanging():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from gpseq.corpora import Sentence, read_conll, spans
+from gpseq.features import get_preset
 from gpseq.structured.spans import ChainPosterior
 from gpseq.tagger import Tagger, TaggerConfig
-from gpseq.features import get_preset
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_choose_decoder_scores_each_decoder_by_hand():
     """Hand-computed cases: chunk F1 decides for chunk labels (max-marginal recovers the one gold
     chunk Viterbi misses: F1 1 vs 2/3), token accuracy for other labels, Viterbi on a tie, and a
     sentence with an unknown gold label is left out."""
-    from gpseq.tagging import choose_decoder
+    from gpseq.predict.decode import choose_decoder
 
     labels = ["B-NP", "I-NP", "O"]
     gold = np.array([0, 1, 2, 0, 2, 0, -1])

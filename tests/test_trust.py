@@ -1,4 +1,5 @@
-"""Entity calibration, risk–coverage, thresholds and n-best coverage (gpseq/trust.py) on hand-computed cases."""
+"""Entity calibration, risk–coverage, thresholds and n-best coverage (gpseq/evaluation/trust.py) on
+hand-computed cases."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpseq.errors import ConfigError
-from gpseq.trust import (curve_points, entity_report, frequency_bands, nbest_coverage, selective_summary,
-                         threshold_for_error, token_band_report)
+from gpseq.evaluation.trust import (curve_points, entity_report, frequency_bands, nbest_coverage, selective_summary,
+                                    threshold_for_error, token_band_report)
 
 
 def test_risk_coverage_and_aurc_hand_computed():

@@ -14,7 +14,7 @@ import typer
 from gpseq.cli.common import (EXIT_CODES, AllowPlugin, CorpusFormat, ModelDir, SpacyLabels, Verbose, app,
                               check_label_not_a_feature, command, load_tagger, read_labelled, require_file, stdout)
 from gpseq.cli.outputs import check_plot_outputs
-from gpseq.model_meta import json_default
+from gpseq.saved.meta import json_default
 
 
 EVALUATE_EXAMPLES = """[b]Examples[/b]

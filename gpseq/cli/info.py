@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from gpseq.cli.common import EXIT_CODES, AllowPlugin, ModelDir, Verbose, app, command, load_tagger, stdout
-from gpseq.model_meta import json_default, n_parameters, read_model_meta
+from gpseq.saved.meta import json_default, n_parameters, read_model_meta
 
 
 INFO_EXAMPLES = """[b]Examples[/b]

@@ -11,7 +11,7 @@ from typing import Optional
 
 from gpseq.corpora._atomic import writable_dir
 from gpseq.errors import ConfigError, OutputError
-from gpseq.model_dir import check_checkpoint_target, check_save_target
+from gpseq.saved.directory import check_checkpoint_target, check_save_target
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -1,6 +1,6 @@
 """`gpseq select`: read an unlabelled pool (raw text or any corpus format), rank its sentences with
 `Tagger.select` a chunk at a time, write the top N with their scores and the current predictions
-for an annotation tool (`gpseq.annotation`)."""
+for an annotation tool (`gpseq.active.annotation`)."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ def select(
     verbose: Verbose = False,
 ) -> None:
     """Pick the sentences of an unlabelled pool most worth annotating, with the current predictions."""
-    from gpseq.active import LEVELS, STRATEGIES
-    from gpseq.annotation import FORMATS, write_selection
+    from gpseq.active.annotation import FORMATS, write_selection
+    from gpseq.active.selection import LEVELS, STRATEGIES
     from gpseq.corpora import is_chunk_labelling
 
     if n < 1:

@@ -1,5 +1,5 @@
 """`gpseq tag`: read inputs in any corpus format (raw text by default), `Tagger.tag` a batch at a
-time, write CoNLL, JSONL or a spaCy DocBin (`gpseq.writers`)."""
+time, write CoNLL, JSONL or a spaCy DocBin (`gpseq.predict.writers`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gpseq.corpora._atomic import replacing
 from gpseq.corpora.formats import FORMATS, SUFFIXES
 from gpseq.corpora.text import TEXT_MAX_TOKENS
 from gpseq.errors import ConfigError
-from gpseq.writers import WRITERS
+from gpseq.predict.writers import WRITERS
 
 
 TAG_EXAMPLES = """[b]Examples[/b]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
+
+from gpseq.errors import GpseqError
 
 UNLABELLED = "?"  # the label of a token whose gold label is not given (partial annotation); never a label of a model
 
@@ -39,3 +42,22 @@ class Sentence:
     def fully_labelled(self) -> bool:
         """Whether every token has a gold label (labels given, none `UNLABELLED`)."""
         return self.labels is not None and UNLABELLED not in self.labels
+
+
+def as_sentences(sentences: Iterable) -> list[Sentence]:
+    """Sentences given as `Sentence`s or token lists, as `Sentence`s; strings are refused (a string
+    would be read as its characters)."""
+    if isinstance(sentences, str):
+        raise GpseqError(f"expected a list of tokenised sentences, got one string ({sentences[:40]!r}): give "
+                         "each sentence as a list of tokens (raw text: gpseq.corpora.read_corpus(path, "
+                         "labelled=False) tokenises a file)")
+    out = []
+    for sentence in sentences:
+        if isinstance(sentence, Sentence):
+            out.append(sentence)
+        elif isinstance(sentence, str):
+            raise GpseqError(f"expected tokenised sentences (each a list of tokens or a Sentence), got a string "
+                             f"({sentence[:40]!r})")
+        else:
+            out.append(Sentence(tokens=list(sentence)))
+    return out

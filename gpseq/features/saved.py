@@ -1,7 +1,7 @@
 """A fitted featurizer on disk: `featurizer.json` (format, config, value strings) and, with a
 vocabulary, `vocabulary.npz` (each template's keys and columns; its sha256 recorded in the JSON).
 Each file is written atomically; reading checks the header, the checksum and the arrays, and is
-bounded as a model's files are (`gpseq.model_dir.open_model_file`, `read_npz`): regular files
+bounded as a model's files are (`gpseq.saved.files.open_model_file`, `read_npz`): regular files
 only, not through a symbolic link (the featurizer directory included), sizes capped, every
 vocabulary table's size checked against featurizer.json's n_features before it is decompressed."""
 
@@ -17,8 +17,8 @@ import numpy as np
 from gpseq.corpora._atomic import write_bytes_atomic
 from gpseq.errors import ModelFormatError
 from gpseq.features.config import MAX_FEATURES
-from gpseq.model_dir import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
-from gpseq.saved_format import read_format_json
+from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
+from gpseq.saved.format import read_format_json
 
 FORMAT_NAME = "gpseq.features"
 FORMAT_VERSION = 1

@@ -17,7 +17,7 @@ says so and raises `Cancelled` at its next check (between batches and every few 
 steps, `gpseq.cancellation`), and the worker moves on with nothing more to answer. So heavy
 requests past their timeout delay the next one by the stretch to that check, not by the rest of
 their call: milliseconds for the default model (its NumPy predictive checks within a batch too),
-at most one compiled batch of `prediction.PREDICT_TOKENS` tokens for the other models.
+at most one compiled batch of `predict.predictor.PREDICT_TOKENS` tokens for the other models.
 
 Which requests merge: those of one deterministic predictive (one call with the same options).
 A Monte Carlo request (`samples`, or a model whose default predictive is Monte Carlo) is tagged

@@ -211,7 +211,7 @@ def load_models(specs: list, load_tagger) -> dict[str, ServedModel]:
     """The models of `gpseq serve MODEL ...`, each loaded once with `load_tagger(path)` (a chain's
     models into a `ModelChain`); the first is the default. ConfigError for two models of one name or
     a name requests cannot use."""
-    from gpseq.model_meta import read_model_meta
+    from gpseq.saved.meta import read_model_meta
 
     served: dict[str, ServedModel] = {}
     for spec in specs:

@@ -131,7 +131,7 @@ def check_model_specs(specs: list[str]) -> None:
     """The errors `load_models` would raise on the command line, without loading: the command
     reports them before it claims the address, and the supervisor rather than each worker's
     start-up failure."""
-    from gpseq.model_meta import read_model_meta
+    from gpseq.saved.meta import read_model_meta
     from gpseq.serve.models import checked_model_spec
 
     names = set()

@@ -12,7 +12,7 @@ per request with as little Python per token as the format allows:
   FastAPI would, so every error keeps pydantic's reason (an integer literal of more than
   `MAX_INT_DIGITS` digits is refused as it is read: no field takes one, and Python's own limit on
   converting longer ones raises an error whose text is not for the client);
-- records: those of `gpseq.writers.sentence_record` (a line of `gpseq tag --format jsonl`), built
+- records: those of `gpseq.predict.writers.sentence_record` (a line of `gpseq tag --format jsonl`), built
   for all the sentences of a request at once (`tag_records`), the probabilities rounded to 6
   decimals as `round(p, 6)` does, by NumPy (`round6`);
 - encoding: orjson, else `json.dumps` as Starlette's JSONResponse calls it.
@@ -27,9 +27,9 @@ from itertools import chain
 import numpy as np
 from pydantic import ValidationError
 
+from gpseq.predict.writers import add_record_tail, result_spans
 from gpseq.serve.models import RequestError
 from gpseq.serve.schemas import TagRequest
-from gpseq.writers import add_record_tail, result_spans
 
 try:
     import orjson

@@ -59,7 +59,7 @@ class Checkpoints:
                 shutil.rmtree(scratch, ignore_errors=True)
             return
         from gpseq.corpora._atomic import swap_dir, temp_dir_beside
-        from gpseq.model_dir import check_checkpoint_target
+        from gpseq.saved.directory import check_checkpoint_target
 
         final = self.directory / "checkpoint"
         tmp = temp_dir_beside(final)

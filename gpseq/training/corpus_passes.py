@@ -39,8 +39,8 @@ class CorpusScan:
 def scan(corpus: Iterable[Sentence]) -> CorpusScan:
     """Count `corpus` and check that every sentence has labels (GpseqError naming the first that
     has none, or an empty corpus), at most `MAX_TRAIN_SENTENCE_TOKENS` tokens (InputFormatError) and
-    at most `model_meta.MAX_LABELS` labels in all (ConfigError, before any array is sized by them)."""
-    from gpseq.model_meta import MAX_LABELS, check_label_count
+    at most `saved.meta.MAX_LABELS` labels in all (ConfigError, before any array is sized by them)."""
+    from gpseq.saved.meta import MAX_LABELS, check_label_count
 
     sentences = tokens = unlabelled = 0
     partial = None

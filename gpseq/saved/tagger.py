@@ -16,9 +16,9 @@ from gpseq import __version__
 from gpseq.config import TaggerConfig
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.features import Featurizer
-from gpseq.model_dir import file_manifest, read_arrays, verify_manifest, writing_model_dir
-from gpseq.model_meta import (FORMAT, FORMAT_VERSION, META_FILE, check_array_values, check_arrays,
-                              check_meta_shapes, json_default, read_model_meta)
+from gpseq.saved.directory import file_manifest, read_arrays, verify_manifest, writing_model_dir
+from gpseq.saved.meta import (FORMAT, FORMAT_VERSION, META_FILE, check_array_values, check_arrays, check_meta_shapes,
+                              json_default, read_model_meta)
 from gpseq.structured.likelihoods import saved_likelihood
 
 __all__ = ["build_model", "read_tagger", "write_tagger"]

@@ -5,8 +5,8 @@ calibration, and their plots.
 A predicted span (entity, chunk) is correct when a gold span has the same type, start and end
 (conlleval); its confidence is the probability the tagger gives it (`TaggedSentence.spans`:
 exact, or the product of token marginals for comparison). Token-level versions use the
-returned label's marginal, as `gpseq.evaluate` does. Risk–coverage orders items by confidence,
-highest first, ties in random order (expectation; `gpseq.evaluate.risk_coverage`).
+returned label's marginal, as `gpseq.evaluation.evaluate` does. Risk–coverage orders items by confidence,
+highest first, ties in random order (expectation; `gpseq.evaluation.evaluate.risk_coverage`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from gpseq.corpora._atomic import replacing
 from gpseq.errors import ConfigError
-from gpseq.metrics import aurc, calibration_bins, expected_calibration_error, risk_coverage, selective_error
+from gpseq.evaluation.metrics import aurc, calibration_bins, expected_calibration_error, risk_coverage, selective_error
 
 COVERAGES = (0.8, 0.9, 0.95)
 RARE_SHARE = 0.05  # a type (label) is "rare" when it has less than this share of the gold spans (tokens)

@@ -13,7 +13,7 @@ works without importing gpseq first. What the component writes depends on the mo
   `attrs["scores"]`), or `doc.ents` when the model's features are the `ner` preset (entities an
   earlier component set, e.g. an `entity_ruler`, are kept; predicted ones overlapping them are dropped);
 - other labels (POS tags) → `token.tag_`, and `token.pos_` when every label is a Universal POS
-  tag or a Penn Treebank tag (mapped by `gpseq.spacy_attributes.UPOS_FROM_PTB`).
+  tag or a Penn Treebank tag (mapped by `gpseq.spacy.attributes.UPOS_FROM_PTB`).
 Every tagged token gets `token._.<extension>` (each gpseq component of a pipeline its own name):
 {label: p(y_t = label | X)}, the model's calibrated marginals (the model's predictive: deterministic by default; `samples=S` for Monte Carlo over q(f)); every
 predicted span gets `span._.<span_extension>` = P(this exact span | X), the probability that the
@@ -27,7 +27,7 @@ file (as `--features`), `tag_scheme` the chunk labels' scheme, `overrides` ["mod
 …] any key of the configuration (as `--set`). `initialize` (run by `spacy train`) fits the model on
 all the training examples with gpseq's default training; `update` has nothing to do. `score` gives
 spaCy's figures of that annotation (`ents_f`, `tag_acc`, …) and gpseq's calibration figures
-(`ents_token_nll`, `ents_ece`, `ents_entity_ece`, …; `gpseq.spacy_scoring`). The trained model is
+(`ents_token_nll`, `ents_ece`, `ents_entity_ece`, …; `gpseq.spacy.scoring`). The trained model is
 saved with the pipeline (`to_disk`), so `model-best` loads as any spaCy pipeline.
 
 Sequences: each sentence when the Doc has sentence boundaries (add a `sentencizer`), else the
@@ -53,10 +53,10 @@ from spacy.tokens import Doc, Span, Token
 from spacy.util import minibatch
 
 from gpseq.errors import ConfigError, ModelFormatError
-from gpseq.model_meta import read_model_meta
-from gpseq.spacy_attributes import UPOS_FROM_PTB, annotations_read, upos_tags
-from gpseq.spacy_extensions import register_extensions, store_probabilities, token_distribution, token_probabilities
-from gpseq.writers import doc_spans, set_tags, span_records
+from gpseq.predict.writers import doc_spans, set_tags, span_records
+from gpseq.saved.meta import read_model_meta
+from gpseq.spacy.attributes import UPOS_FROM_PTB, annotations_read, upos_tags
+from gpseq.spacy.extensions import register_extensions, store_probabilities, token_distribution, token_probabilities
 
 __all__ = ["TASKS", "GpseqComponent", "make_gpseq", "UPOS_FROM_PTB", "token_distribution", "token_probabilities"]
 
@@ -269,8 +269,8 @@ class GpseqComponent:
     def score(self, examples: Iterable, **cfg) -> dict:
         """spaCy's figures for the annotation the component writes (`ents_f`, `tag_acc`, …) and gpseq's
         calibration figures under the same prefix (`ents_token_nll`, `ents_ece`, `ents_entity_ece`, …;
-        `gpseq.spacy_scoring`), which spaCy's `Scorer` reports in `nlp.evaluate` and `spacy evaluate`."""
-        from gpseq.spacy_scoring import gpseq_scores, spacy_scores
+        `gpseq.spacy.scoring`), which spaCy's `Scorer` reports in `nlp.evaluate` and `spacy evaluate`."""
+        from gpseq.spacy.scoring import gpseq_scores, spacy_scores
 
         examples = list(examples)
         tagger = self.tagger
@@ -329,7 +329,7 @@ class GpseqComponent:
             decode = self.decode or tagger.config.decoder  # the model's own may be span-f1
             span_f1 = decode == "span-f1"
             if span_f1:
-                from gpseq.tagging import TagOptions
+                from gpseq.predict.decode import TagOptions
 
                 try:
                     TagOptions.checked(decode, "exact", 0, None, tagger.span_scheme)
@@ -382,9 +382,9 @@ class GpseqComponent:
                 span._.set(self.span_extension, score)
 
     def _span_f1(self, posterior, lengths: list[int]) -> tuple[list[np.ndarray], list[list[float]]]:
-        """Span-F1 decoding of a batch (`gpseq.tagging.span_f1_decode`): the label ids `[T]` that render
+        """Span-F1 decoding of a batch (`gpseq.predict.decode.span_f1_decode`): the label ids `[T]` that render
         each sequence's chosen chunks and their P(exact span | X), in the order of their starts."""
-        from gpseq.tagging import span_f1_decode
+        from gpseq.predict.decode import span_f1_decode
 
         tagger = self._tagger
         found, best = span_f1_decode(tagger.span_scheme, {label: i for i, label in enumerate(tagger.labels)},
@@ -432,7 +432,7 @@ class GpseqComponent:
         `<path>/model` is replaced only if it is a gpseq model directory holding nothing but what
         gpseq wrote (checked before writing and again at the replace), else `OutputError` and
         nothing is changed. The rest of `<path>` is not touched."""
-        from gpseq.model_dir import copy_model_files, writing_model_dir
+        from gpseq.saved.directory import copy_model_files, writing_model_dir
 
         path = Path(path)
         target = path / _MODEL_SUBDIR

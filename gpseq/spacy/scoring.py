@@ -1,6 +1,6 @@
 """What a gpseq component's `score` reports (spaCy's `Scorer` calls it from `nlp.evaluate`, `spacy
 evaluate` and the evaluations of `spacy train`): spaCy's own figures for the annotation the component
-writes, and gpseq's calibration figures (`gpseq.evaluate.evaluate`, the code of `gpseq evaluate`)
+writes, and gpseq's calibration figures (`gpseq.evaluation.evaluate.evaluate`, the code of `gpseq evaluate`)
 under the same prefix:
 
     labels   spaCy's figures                  gpseq's figures
@@ -11,7 +11,7 @@ under the same prefix:
     pos      pos_acc                          pos_token_nll pos_ece pos_brier pos_aurc
 
 gpseq's figures measure the component's own decisions as it stored them on each predicted Doc (its
-label path, marginals and span probabilities, `spacy_extensions.stored_predictions`), sentence by
+label path, marginals and span probabilities, `extensions.stored_predictions`), sentence by
 sentence as it tagged them, against the reference Doc's annotation turned into labels of the model's
 tag scheme as `gpseq.corpora.docbin` reads a DocBin. A sentence with a token that is not one
 reference token (another tokenisation) or whose gold annotation is missing has no gold path: it is
@@ -29,7 +29,7 @@ from spacy.training import Example
 from gpseq.corpora.schemes import spans as chunks_of
 from gpseq.corpora.schemes import spans_to_tags
 from gpseq.corpora.types import UNLABELLED
-from gpseq.spacy_extensions import stored_predictions
+from gpseq.spacy.extensions import stored_predictions
 
 __all__ = ["CALIBRATION_KEYS", "ENTITY_KEYS", "gpseq_scores", "score_prefix", "spacy_scores"]
 
@@ -57,10 +57,10 @@ def spacy_scores(examples: Iterable[Example], kind: str, key: str | None, **cfg)
 
 def gpseq_scores(examples: Iterable[Example], *, kind: str, key: str | None, scheme: str, extension: str,
                  sequences: Callable[[Doc], list[list[Token]]], n_bins: int = 15) -> dict:
-    """{<prefix>_<metric>: value} of `gpseq.evaluate.evaluate` on the component's stored decisions
+    """{<prefix>_<metric>: value} of `gpseq.evaluation.evaluate.evaluate` on the component's stored decisions
     (module docstring); empty when no sentence has a gold path. `sequences(doc)`: the token lists
     the component tagged in a Doc."""
-    from gpseq.evaluate import evaluate
+    from gpseq.evaluation.evaluate import evaluate
 
     gold, predicted, probabilities, spans = [], [], [], []
     label_set = None

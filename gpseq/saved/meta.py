@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from gpseq.errors import ConfigError, ModelFormatError, NumericalError
-from gpseq.saved_format import read_format_json
+from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, MAX_NPZ_MEMBERS, open_model_file
+from gpseq.saved.format import read_format_json
 
 META_FILE = "tagger.json"
 FORMAT = "gpseq-tagger"
@@ -37,8 +38,6 @@ def read_model_meta(directory: str | os.PathLike) -> dict:
     most MAX_JSON_BYTES, non-empty, JSON nested no deeper than the parser's limit, gpseq's format
     marker, a format version this gpseq reads. Anything else is a one-line ModelFormatError naming
     the file."""
-    from gpseq.model_dir import MAX_JSON_BYTES, open_model_file  # (model_dir imports this module)
-
     directory = Path(directory)
     meta_path = directory / META_FILE
     if not os.path.lexists(meta_path) or meta_path.is_dir():
@@ -108,7 +107,7 @@ def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
     """The label list against the array shapes tagger.json records, and those against the size
     limits, before anything is read or allocated (a tagger.json with extra labels must not build a
     [V, V] model first, an array must not hold more than its model's largest array can, all of
-    them together more than `model_dir.MAX_ARRAY_BYTES` in float32); `model` is the model's
+    them together more than `gpseq.saved.files.MAX_ARRAY_BYTES` in float32); `model` is the model's
     `ModelConfig`."""
     labels = meta.get("labels")
     if not isinstance(labels, list) or not labels or not all(isinstance(l, str) for l in labels):
@@ -161,8 +160,6 @@ def check_meta_shapes(meta_path: Path, meta: dict, model) -> None:
                 f"var:deep/mean_weights has shape {shapes['var:deep/mean_weights']}")
     if V > MAX_LABELS:
         raise ModelFormatError(f"{meta_path}: {V:,} labels; gpseq tags with at most {MAX_LABELS:,}")
-    from gpseq.model_dir import MAX_ARRAY_BYTES, MAX_NPZ_MEMBERS
-
     if len(shapes) > MAX_NPZ_MEMBERS:
         raise ModelFormatError(f"{meta_path}: {len(shapes):,} arrays; gpseq writes at most {MAX_NPZ_MEMBERS:,}")
     limit = largest_array(V, D, model)

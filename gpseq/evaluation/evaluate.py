@@ -1,7 +1,7 @@
 """The evaluation report: token accuracy, conlleval chunk P/R/F1, NLL, expected calibration error,
 Brier, selective prediction (risk–coverage: AURC, error at 90 % coverage); reliability plots.
-The metric functions themselves are in `gpseq/metrics.py`, the plot in `gpseq/reliability.py`
-(both re-exported here).
+The metric functions themselves are in `metrics.py`, the plot in `reliability.py` (both re-exported
+here).
 
 Calibration and selective prediction are measured on what the user gets: a token's confidence
 is the probability its marginals give to the *returned* label (`predicted`, e.g. the Viterbi
@@ -30,9 +30,9 @@ import numpy as np
 from gpseq.corpora.schemes import detect_scheme, is_chunk_labelling, normalise_scheme
 from gpseq.corpora.types import UNLABELLED
 from gpseq.errors import ConfigError, GpseqError, NumericalError
-from gpseq.metrics import (ChunkScore, ChunkScores, aurc, brier_score, calibration_bins, check_lengths, chunk_scores,
-                           expected_calibration_error, risk_coverage, selective_error)
-from gpseq.reliability import from_bins, reliability_diagram
+from gpseq.evaluation.metrics import (ChunkScore, ChunkScores, aurc, brier_score, calibration_bins, check_lengths,
+                                      chunk_scores, expected_calibration_error, risk_coverage, selective_error)
+from gpseq.evaluation.reliability import from_bins, reliability_diagram
 
 __all__ = ["DEFAULT_EPS", "ChunkScore", "ChunkScores", "EvaluationReport", "aurc", "brier_score", "calibration_bins",
            "chunk_scores", "evaluate", "expected_calibration_error", "reliability_diagram", "risk_coverage",
@@ -77,7 +77,7 @@ class EvaluationReport:
     n_skipped_tokens: int = 0  # … and their tokens
     calibration: dict = field(default_factory=dict, repr=False)  # counts / confidence / accuracy per bin
     # entity-level calibration and selective prediction, calibration by frequency band, the abstention
-    # threshold for a target error (`gpseq.trust`; flat keys, merged into `to_dict`)
+    # threshold for a target error (`gpseq.evaluation.trust`; flat keys, merged into `to_dict`)
     trust: dict = field(default_factory=dict, repr=False)
     entity_calibration: dict = field(default_factory=dict, repr=False)  # per-bin, of predicted spans
     curves: dict = field(default_factory=dict, repr=False)  # risk–coverage curves {name: curve points}
@@ -121,7 +121,7 @@ class EvaluationReport:
 
     def risk_coverage_plot(self, path: str | os.PathLike) -> Path:
         """Risk–coverage curves of tokens and (when measured) predicted spans, exact and product."""
-        from gpseq.trust import risk_coverage_plot
+        from gpseq.evaluation.trust import risk_coverage_plot
 
         if not self.curves:
             raise GpseqError("no risk-coverage curves in the evaluation report: nothing to plot")
@@ -174,7 +174,7 @@ def evaluate(
     spans: per sentence, the chunks of `predicted` with their probabilities (type, start, end
     exclusive, P), e.g. `TaggedSentence.spans`: entity-level ECE, Brier, AURC and error at
     80/90/95 % coverage (`entity_*`), beside the same for the product of token marginals
-    (`*_product`, from `probabilities`) and ECE by frequency band (`gpseq.trust`). target_error:
+    (`*_product`, from `probabilities`) and ECE by frequency band (`gpseq.evaluation.trust`). target_error:
     the abstention threshold with the largest coverage whose kept tokens (and, separately, spans)
     err at most that often (`abstain_threshold`, `abstain_coverage`, `abstain_error`, `entity_…`).
     """
@@ -308,9 +308,9 @@ def _without(left_out: list[int], gold, *per_sentence):
 
 def _trust_metrics(report: EvaluationReport, gold, predicted, confidence, correct, spans, target_error, n_bins):
     """Fill `report.trust` (flat), `entity_calibration` and `curves` from the tokens' returned-label
-    confidences `[N]` and, for chunk labels, the predicted spans' probabilities (`gpseq.trust`)."""
+    confidences `[N]` and, for chunk labels, the predicted spans' probabilities (`gpseq.evaluation.trust`)."""
     from gpseq.corpora.schemes import spans as chunks_of
-    from gpseq.trust import entity_report, selective_curves, threshold_for_error, token_band_report
+    from gpseq.evaluation.trust import entity_report, selective_curves, threshold_for_error, token_band_report
 
     report.trust.update(token_band_report(gold, predicted, confidence, n_bins))
     report.curves["tokens"] = selective_curves(confidence, correct)

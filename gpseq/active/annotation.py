@@ -1,11 +1,11 @@
-"""Picked sentences (`gpseq.active.Selected`) as files annotation tools import, each with its
+"""Picked sentences (`gpseq.active.selection.Selected`) as files annotation tools import, each with its
 score and the current model's labels to correct:
 
 - `conll`: per sentence a `-DOCSTART-` line carrying `rank=… score=… strategy=… source=FILE:LINE`
   (gpseq's CoNLL reader, and most CoNLL tools, take it as a document separator), then the pool's
   columns with the predicted label appended: once corrected, the file trains as it is
   (`gpseq train picked.conll --init MODEL`, label = last column);
-- `jsonl`: `gpseq tag --format jsonl`'s record (`gpseq.writers.sentence_record`) plus "select":
+- `jsonl`: `gpseq tag --format jsonl`'s record (`gpseq.predict.writers.sentence_record`) plus "select":
   {rank, score, strategy, index};
 - `prodigy`: a Prodigy task stream (JSONL) for the `ner_manual` / `spans_manual` interfaces:
   "text", "tokens" [{text, start, end, id, ws}], "spans" [{start, end, token_start, token_end
@@ -29,7 +29,7 @@ import re
 
 from gpseq.corpora.conll import DOCSTART
 from gpseq.errors import InputFormatError
-from gpseq.writers import sentence_record
+from gpseq.predict.writers import sentence_record
 
 # what a field of a CoNLL line cannot hold: gpseq's reader splits fields on ASCII spaces and tabs (a
 # U+3000 token is fine) and lines on line breaks

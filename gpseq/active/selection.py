@@ -2,7 +2,7 @@
 worth, and pick a batch (`Tagger.select`, `gpseq select`).
 
 The strategies (bald, entropy, least-confidence, margin, random), their levels and `normalise` are
-defined in `gpseq.acquisition`, which scores a batch of chains; this module draws the chains from
+defined in `gpseq.active.acquisition`, which scores a batch of chains; this module draws the chains from
 the model. BALD's draws: `variance_scale="calibrated"` (default) uses the calibrated predictive's
 draws (the spread of q scaled by the fitted α, potentials divided by the temperature T, as
 `samples=S` tagging does); a number c draws f from q with its spread scaled by c (c = 1: the
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpseq._tensorflow import check_not_forked
-from gpseq.acquisition import (LEVELS, STRATEGIES, chain_entropies, chain_scores, chain_token_marginals, combine,
-                               mixture_path_log_probs, sample_paths, sentence_keys)
-from gpseq.corpora.types import Sentence
+from gpseq.active.acquisition import (LEVELS, STRATEGIES, chain_entropies, chain_scores, chain_token_marginals, combine,
+                                      mixture_path_log_probs, sample_paths, sentence_keys)
+from gpseq.corpora.types import Sentence, as_sentences
 from gpseq.errors import ConfigError
 
 __all__ = ["STRATEGIES", "LEVELS", "Selected", "select", "score_sentences", "chain_token_marginals",
@@ -247,10 +247,8 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
     if candidates < 1 or chunk_size < 1:
         raise ConfigError("candidates and chunk_size must be >= 1")
     _check(strategy, level, samples, variance_scale, paths, seed)
-    from gpseq.tagger import _as_sentences
-
     if isinstance(pool, str):  # not its characters, one chunk at a time
-        _as_sentences(pool)
+        as_sentences(pool)
 
     keep = n * candidates
     best: list[tuple] = []  # min-heap of (score, tie key, index, sentence): the `keep` best so far
@@ -260,7 +258,7 @@ def select(tagger, pool: Iterable, n: int, strategy: str = "bald", *, level: str
     # do not depend on how the pool is cut into chunks
     order, tie_keys = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 3])
     for number, chunk in enumerate(_chunks(pool, chunk_size)):
-        chunk = _as_sentences(chunk)
+        chunk = as_sentences(chunk)
         usable = [i for i, s in enumerate(chunk) if len(s.tokens)]
         scores = np.full(len(chunk), -np.inf)
         if strategy == "random":

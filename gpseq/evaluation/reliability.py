@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from gpseq.corpora._atomic import replacing
-from gpseq.metrics import calibration_bins, expected_calibration_error
+from gpseq.evaluation.metrics import calibration_bins, expected_calibration_error
 
 __all__ = ["reliability_diagram", "from_bins"]
 

@@ -201,7 +201,7 @@ def choose_decoder(decodes, labels: list[str], tag_scheme: str) -> tuple[str, di
     of `tag_scheme`, else by token accuracy; viterbi on a tie. A sentence with a token whose gold
     label is unknown (partial annotation) is left out. Returns (decoder, the two scores)."""
     from gpseq.corpora.schemes import is_chunk_labelling
-    from gpseq.metrics import chunk_scores
+    from gpseq.evaluation.metrics import chunk_scores
 
     chunked = is_chunk_labelling(labels, tag_scheme)
     gold, by = [], {"viterbi": [], "max-marginal": []}

@@ -1,5 +1,5 @@
 """Acquisition scores of a batch of linear chains: how much annotating each sentence is worth,
-from the chains alone (`gpseq.active` draws the chains from a model and picks the batch).
+from the chains alone (`gpseq.active.selection` draws the chains from a model and picks the batch).
 
 Every score is a function of a batch's chains (`gpseq.structured.spans.ChainPosterior`: R weighted
 chains p_r(y | X) over a padded batch), computed exactly by forward–backward in NumPy (float64)
@@ -21,7 +21,7 @@ except where said:
   deterministic predictive (for R > 1, the best path of the mean potentials, scored under the
   mixture).
 - **margin** — 1 − (P(best path) − P(second best path)), by 2-best Viterbi.
-- **random** — a uniform draw per sentence (no model evaluation; drawn in `gpseq.active`).
+- **random** — a uniform draw per sentence (no model evaluation; drawn in `gpseq.active.selection`).
 
 Scores are "higher = more worth annotating". `normalise=True` divides the additive scores (the
 token sums, sequence entropy and BALD) by the sentence length and uses per-token geometric means
