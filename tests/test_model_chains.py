@@ -293,3 +293,35 @@ def test_the_shipped_pos_tagger_feeds_the_shipped_chunker_on_raw_text(tmp_path):
     assert [row[:3] for row in rows[0]] == [["The", "DT", "B-NP"], ["cat", "NN", "I-NP"], ["sat", "VBD", "B-VP"],
                                             ["on", "IN", "B-PP"], ["the", "DT", "B-NP"], ["mat", "NN", "I-NP"],
                                             [".", ".", "O"]]
+
+
+def test_the_shipped_chain_on_raw_text_gives_the_chunks_of_the_spacy_pipeline_of_en_chunker_cfg():
+    """`gpseq tag models/en_pos_conll2000 models/en_chunk_conll2000 example.txt` and pipelines/en_chunker.cfg
+    (spaCy's blank English tokenizer and sentencizer, the same two models as components) on the same lines of raw
+    text: the same tokens, POS tags, chunks and p(chunk label), token by token. Both tokenise with
+    `spacy.blank("en")` and a sentencizer, a line at a time (the pipeline is given each line)."""
+    spacy = pytest.importorskip("spacy")
+    from gpseq.corpora import spans
+
+    pos, chunk = ROOT / "models" / "en_pos_conll2000", ROOT / "models" / "en_chunk_conll2000"
+    if not (pos / "tagger.json").is_file() or not (chunk / "tagger.json").is_file():
+        pytest.skip("the shipped models are absent")
+    text = ROOT / "corpora" / "sample" / "example.txt"
+    result = invoke("tag", pos, chunk, text)
+    assert result.exit_code == 0, result.stderr
+    chain = conll_rows(result.stdout)
+
+    config = spacy.util.load_config(ROOT / "pipelines" / "en_chunker.cfg",
+                                    overrides={"paths.pos_model": str(pos), "paths.chunk_model": str(chunk)})
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    lines = [line for line in text.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sents = [sent for doc in nlp.pipe(lines) for sent in doc.sents]
+    assert len(sents) == len(chain) == 10
+    for rows, sent in zip(chain, sents):
+        assert [row[0] for row in rows] == [t.text for t in sent]
+        assert [row[1] for row in rows] == [t.tag_ for t in sent]
+        pipeline_chunks = [(s.label_, s.start - sent.start, s.end - sent.start) for s in sent.doc.spans["chunks"]
+                           if sent.start <= s.start < sent.end]
+        assert spans([row[2] for row in rows]) == pipeline_chunks
+        assert [float(row[3]) for row in rows] == \
+               pytest.approx([t._.chunk_probs[row[2]] for row, t in zip(rows, sent)], rel=1e-5)  # 6 digits printed

@@ -295,3 +295,88 @@ def test_select_writes_json_lines_for_a_jsonl_output_from_an_unlabelled_docbin_p
     result = invoke("select", model, pool, "-n", "1", "--strategy", "entropy", "--format", "prodigy", "-o", prodigy)
     assert result.exit_code == 0, result.stderr
     assert "meta" in json.loads(prodigy.read_text(encoding="utf-8").splitlines()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# DocBin round trip: what `gpseq tag -o out.spacy` writes, `gpseq evaluate` reads back as tagged
+# ---------------------------------------------------------------------------------------------
+
+SHIPPED_POS, SHIPPED_CHUNK = ROOT / "models" / "en_pos_conll2000", ROOT / "models" / "en_chunk_conll2000"
+
+
+@pytest.fixture(scope="module")
+def shipped_models():
+    if not (SHIPPED_POS / "tagger.json").is_file() or not (SHIPPED_CHUNK / "tagger.json").is_file():
+        pytest.skip("the shipped models are absent")
+    return SHIPPED_POS, SHIPPED_CHUNK
+
+
+def evaluate_json(*args) -> dict:
+    result = invoke("evaluate", *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_docbin_written_by_tag_evaluates_as_its_own_labels(shipped_models, tmp_path):
+    """`gpseq tag MODEL in.conll -o out.spacy`, then `gpseq evaluate MODEL out.spacy`: accuracy and chunk F1 1.0.
+    The POS tagger's labels are token.tag_ (--spacy-labels tag); the chunker's are doc.ents (--spacy-labels
+    ents), with the input's POS column, which its features read, in token.tag_."""
+    from gpseq.tagger import Tagger
+
+    pos, chunk = shipped_models
+    sentences = read_corpus(ROOT / "corpora" / "sample" / "test.conll")[:20]
+    conll = tmp_path / "in.conll"
+    conll.write_text("".join("".join(" ".join(row) + "\n" for row in s.columns) + "\n" for s in sentences),
+                     encoding="utf-8")
+    for model, labels in ((pos, "tag"), (chunk, "ents")):
+        out = tmp_path / f"{model.name}.spacy"
+        assert invoke("tag", model, conll, "-o", out).exit_code == 0
+        expected = Tagger.load(model).tag(sentences)
+        docs = list(DocBin().from_disk(out).get_docs(spacy.blank("en").vocab))
+        if labels == "tag":
+            assert [[t.tag_ for t in doc] for doc in docs] == [r.labels for r in expected]
+        else:
+            assert [[(e.label_, e.start, e.end) for e in doc.ents] for doc in docs] == \
+                   [[span[:3] for span in r.spans] for r in expected]
+            assert [[t.tag_ for t in doc] for doc in docs] == [[row[1] for row in s.columns] for s in sentences]
+        metrics = evaluate_json(model, out, "--spacy-labels", labels)
+        assert (metrics["n_sentences"], metrics["n_tokens"]) == (20, sum(map(len, sentences)))
+        assert metrics["token_accuracy"] == 1.0
+        if labels == "ents":
+            assert metrics["chunk_f1"] == 1.0 and metrics["n_gold_chunks"] > 20
+
+
+def test_a_docbin_written_by_a_chain_on_raw_text_evaluates_as_both_models_labels(shipped_models, tmp_path):
+    """`gpseq tag POS CHUNK notes.txt -o out.spacy`: the POS tagger's labels are token.tag_ (column 1 of what the
+    chunker read), so each model evaluated on the file finds its own labels."""
+    pos, chunk = shipped_models
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The committee approved the new budget on Tuesday. It will fund three small projects.\n",
+                     encoding="utf-8")
+    out = tmp_path / "chain.spacy"
+    assert invoke("tag", pos, chunk, notes, "-o", out).exit_code == 0
+    docs = list(DocBin(store_user_data=True).from_disk(out).get_docs(spacy.blank("en").vocab))
+    chained = [list(doc.user_data["gpseq"]["chain"][0]["labels"]) for doc in docs]  # the POS tagger's labels
+    assert [[t.tag_ for t in doc] for doc in docs] == chained
+    assert evaluate_json(pos, out, "--spacy-labels", "tag")["token_accuracy"] == 1.0
+    metrics = evaluate_json(chunk, out, "--spacy-labels", "ents")
+    assert (metrics["token_accuracy"], metrics["chunk_f1"]) == (1.0, 1.0)
+
+
+def test_evaluate_on_a_bad_docbin_is_a_one_line_error_naming_the_file(trained, tmp_path):
+    model, _, _ = trained
+    vocab = spacy.blank("en").vocab
+    garbage = tmp_path / "garbage.spacy"
+    garbage.write_bytes(b"not a DocBin at all")
+    untagged = write_docbin(tmp_path / "untagged.spacy", [Doc(vocab, words=["Omar", "left"], ents=["B-PER", "O"])])
+    overlapping = Doc(vocab, words=["New", "York", "City"])
+    overlapping.spans["loc"] = [Span(overlapping, 0, 2, "LOC"), Span(overlapping, 1, 3, "LOC")]
+    overlap = write_docbin(tmp_path / "overlap.spacy", [overlapping])
+    for path, labels, problem in (
+            (garbage, "ents", "not a spaCy DocBin (not zlib-compressed data, or cut short)"),
+            (untagged, "tag", "doc index 0 has no tags (token.tag_); it has ents (choose with --spacy-labels)"),
+            (overlap, "spans:loc", "doc index 0: spans ('LOC', 0, 2) and ('LOC', 1, 3) of group 'loc' overlap")):
+        result = invoke("evaluate", model, path, "--spacy-labels", labels)
+        assert result.exit_code == 2
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {path}: {problem}"), \
+            result.stderr

@@ -1,8 +1,9 @@
 """The gpseq component inside spaCy's workflow: `spacy train` on pipelines/gpseq_ner_train.cfg fits
 the model in `initialize` (the same model as `Tagger.train` on the same sentences), `spacy evaluate`
-reports spaCy's scores and gpseq's calibration figures (the same as `gpseq.evaluation.evaluate` gives), a trained
-pipeline packages with `spacy package` and loads by name; tags trained by `nlp.initialize`; the
-settings that would train on the wrong data are refused."""
+reports spaCy's scores and gpseq's calibration figures (the same as `gpseq.evaluation.evaluate`
+gives), a trained pipeline packages with `spacy package`, installs into a fresh venv and tags there
+as in this process; tags trained by `nlp.initialize`; the settings that would train on the wrong
+data are refused."""
 
 from __future__ import annotations
 
@@ -137,25 +138,80 @@ def test_spacy_evaluate_reports_ents_f_and_gpseqs_calibration_as_gpseq_evaluate(
     assert meta["performance"]["ents_entity_ece"] == pytest.approx(report["entity_ece"], rel=1e-6)
 
 
-def test_spacy_package_builds_an_sdist_that_installs_and_loads_by_name(trained, tmp_path):
-    """`spacy package --build sdist` (setuptools, offline), `pip install --no-deps --no-build-isolation`
-    into a directory of its own (the environment is left as it was), `spacy.load("en_gpseq_test")`."""
+def _fresh_venv(path: Path) -> Path:
+    """A new venv at `path` (`python -m venv`, no network) that sees this environment's packages and the gpseq
+    checkout without having them installed: a .pth file in its site-packages lists both directories, after its
+    own site-packages. Returns its interpreter."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    python = path / "bin" / "python"
+    site_packages = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    Path(site_packages, "gpseq-dev-environment.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
+    return python
+
+
+TEXTS = ["Mary visited Paris on Monday.", "Peter joined the Red Cross."]
+# tagged in the fresh venv and in this process: per Doc, its entities and their probabilities, its tokens' distributions
+TAG_AND_DUMP = """
+import json, sys
+import spacy
+nlp = spacy.load(sys.argv[1])
+out = []
+for doc in nlp.pipe(json.loads(sys.argv[2])):
+    out.append({"ents": [[e.text, e.label_, e.start, e.end, e._.gpseq_prob] for e in doc.ents],
+                "probs": [dict(t._.gpseq_probs) for t in doc]})
+print(json.dumps({"prefix": sys.prefix, "package": spacy.util.get_package_path(sys.argv[1]).as_posix()
+                  if spacy.util.is_package(sys.argv[1]) else None, "docs": out}))
+"""
+
+
+def test_train_evaluate_package_then_tag_in_a_fresh_venv(trained, tmp_path):
+    """The whole workflow from .spacy files: `spacy train` (the fixture), `spacy evaluate`, `spacy package --build
+    sdist`, `pip install --no-deps --no-index --no-build-isolation` of the sdist into a venv made here, and
+    `spacy.load("en_gpseq_test")` in that venv's interpreter tags as the trained pipeline does in this process."""
+    from spacy.training import Example
+    from spacy.tokens import DocBin
+
     base = trained["base"]
-    _run("spacy", "package", str(base / "out" / "model-best"), str(tmp_path), "--name", "gpseq_test",
-         "--version", "0.0.1", "--build", "sdist", cwd=base)
+    model_best = base / "out" / "model-best"
+    _run("spacy", "evaluate", str(model_best), "dev.spacy", "--output", str(tmp_path / "scores.json"), cwd=base)
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    nlp = spacy.load(model_best)
+    gold = list(DocBin().from_disk(base / "dev.spacy").get_docs(nlp.vocab))
+    expected_scores = nlp.evaluate([Example(nlp.make_doc(doc.text), doc) for doc in gold])
+    for name in ("ents_f", "ents_token_nll", "ents_ece", "ents_entity_ece"):
+        assert scores[name] == pytest.approx(expected_scores[name], rel=1e-6), name  # the JSON keeps 10 decimals
+
+    _run("spacy", "package", str(model_best), str(tmp_path), "--name", "gpseq_test", "--version", "0.0.1",
+         "--build", "sdist", cwd=base)
     sdist = tmp_path / "en_gpseq_test-0.0.1" / "dist" / "en_gpseq_test-0.0.1.tar.gz"
     assert sdist.is_file()
-    target = tmp_path / "site"
-    _run("pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "--target", str(target),
-         str(sdist), cwd=tmp_path)
-    code = ("import spacy; nlp = spacy.load('en_gpseq_test'); doc = nlp('Mary visited Paris on Monday.'); "
-            "print([(e.text, e.label_) for e in doc.ents])")
-    env = _env()
-    env["PYTHONPATH"] = os.pathsep.join([str(target), env.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "('Paris', 'GPE')" in result.stdout
+    venv = tmp_path / "venv"
+    python = _fresh_venv(venv)
+
+    def in_venv(*args: str) -> str:
+        result = subprocess.run([str(python), *args], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                                timeout=180)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout
+
+    # pip is this environment's (seen through the .pth file); run by the venv's interpreter, it installs there
+    in_venv("-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation", "--no-cache-dir", "--quiet",
+            str(sdist))
+    tagged = json.loads(in_venv("-c", TAG_AND_DUMP, "en_gpseq_test", json.dumps(TEXTS)))
+    assert Path(tagged["prefix"]) == venv  # the venv's interpreter, which loaded the package installed there
+    assert Path(tagged["package"]).is_relative_to(venv)
+
+    docs = list(nlp.pipe(TEXTS))
+    assert [[e[:4] for e in doc["ents"]] for doc in tagged["docs"]] == \
+           [[[e.text, e.label_, e.start, e.end] for e in doc.ents] for doc in docs]
+    assert [e[1] for doc in tagged["docs"] for e in doc["ents"]] == ["PER", "GPE", "PER", "ORG"]
+    for got, doc in zip(tagged["docs"], docs):
+        assert [e[4] for e in got["ents"]] == pytest.approx([e._.gpseq_prob for e in doc.ents], rel=1e-12)
+        for probs, token in zip(got["probs"], doc, strict=True):
+            assert probs == pytest.approx(dict(token._.gpseq_probs), rel=1e-12)
 
 
 def test_tags_trained_by_initialize_score_tag_acc_and_gpseqs_calibration():

@@ -63,7 +63,11 @@ jsonl, .spacy spacy, conll otherwise)
   spacy  a DocBin (-o required): doc.user_data["gpseq"] holds labels and
          confidences (and abstain flags, nbest), chunk spans go to
          doc.spans["gpseq"] (probabilities in attrs["scores"], flags in
-         attrs["abstain"]) and doc.ents, other labels to token.tag_.
+         attrs["abstain"]) and doc.ents, other labels to token.tag_;
+         for a chunk model that reads a POS column (column 1),
+         token.tag_ holds it (the input's; in a chain on raw text, the
+         first model's labels), so gpseq evaluate MODEL out.spacy
+         --spacy-labels ents reads the file back as tagged.
 
 --abstain-below P never changes a label: it marks the tokens whose
 p(label) and the spans whose probability is below P. Pick P for a target
@@ -174,7 +178,8 @@ def tag(
     with contextlib.ExitStack() as stack:
         target = None if output is None else stack.enter_context(replacing(output))
         if format_ == "spacy":
-            writer = WRITERS[format_](target, lang, full_distribution)
+            # column 1 (POS) back into token.tag_ where the model read it: the DocBin is then its input again
+            writer = WRITERS[format_](target, lang, full_distribution, tag_column=1 if 1 in chain.reads[-1] else None)
         else:
             if target is None:
                 stream = standard_output()

@@ -170,18 +170,37 @@ class JsonlWriter:
         self.stream.flush()
 
 
+def column_read(sentence: Sentence, result, column: int) -> list[str] | None:
+    """Field `column` of each token as the model that gave `result` read it: the input's own fields, then
+    the labels of the models before it in a chain (`gpseq.chain_models`); None where a token lacks it."""
+    values = []
+    for t, row in enumerate(sentence.columns):
+        fields = [*row, *(labels[t] for _, labels in result.chain)]
+        if len(fields) <= column:
+            return None
+        values.append(fields[column])
+    return values
+
+
 class DocBinWriter:
     """Tagged sentences as spaCy Docs in a DocBin (written to `path` at `close`):
     doc.user_data["gpseq"] holds labels and confidences (and "abstain_below", "abstain",
     "span_abstain", "nbest" when asked for; "chain" from a model chain), chunk spans go to
     doc.spans["gpseq"] (P(exact span) as attrs["scores"], the abstention flags as
-    attrs["abstain"]) and doc.ents, other labels to token.tag_."""
+    attrs["abstain"]) and doc.ents, other labels to token.tag_.
 
-    def __init__(self, path: Path, lang: str, full_distribution: bool):
+    With chunk labels and `tag_column` (1 for a model whose features read column 1), token.tag_
+    holds that field of the tokens the model read (the input's POS column, or on raw text the
+    first model's labels of a chain), where every token has one: read back as a corpus
+    (`gpseq.corpora.docbin`: tag_ is column 1), the DocBin gives the model the columns it tagged
+    from, so `gpseq evaluate MODEL out.spacy --spacy-labels ents` scores the written labels as
+    correct."""
+
+    def __init__(self, path: Path, lang: str, full_distribution: bool, tag_column: int | None = None):
         import spacy
         from spacy.tokens import DocBin
 
-        self.path, self.full = path, full_distribution
+        self.path, self.full, self.tag_column = path, full_distribution, tag_column
         self.vocab = spacy.blank(lang).vocab
         self.docbin = DocBin(store_user_data=True)
 
@@ -216,6 +235,9 @@ class DocBinWriter:
             if result.abstain_below is not None:
                 doc.spans["gpseq"].attrs["abstain"] = data["span_abstain"]
             doc.ents = group
+            tags = None if self.tag_column is None else column_read(sentence, result, self.tag_column)
+            if tags is not None:
+                set_tags(doc, tags)
         else:
             set_tags(doc, result.labels)
         self.docbin.add(doc)
