@@ -1,8 +1,8 @@
 """Cooperative cancellation of a prediction in progress.
 
 `Tagger.tag(should_stop=f)` runs its work under `stopping_when(f)`; the long loops of the
-prediction path (the batches and windows of `Predictor.predict`, the chain steps of
-forward–backward, k-best Viterbi and the span passes of `ChainPosterior`) call `check_cancelled`
+prediction path (the batches and windows of `Predictor.predict`, the chain steps of the NumPy
+forward–backward and k-best Viterbi, the span passes of `ChainPosterior`) call `check_cancelled`
 before each batch and every CHECK_STEPS chain steps, and it raises `Cancelled` once `f()` is true.
 
 `f` is held in a context variable rather than passed down every numeric function: the chain code

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from gpseq.errors import ConfigError
 from gpseq.features import FeatureConfig, get_preset
 from gpseq.structured.config import ModelConfig
-from gpseq.training.config import TrainingConfig, check_number
+from gpseq.errors import check_number
+from gpseq.training.config import TrainingConfig
 
 # Monte Carlo draws of f a prediction may take (`predict_samples`, `gpseq tag --samples`): a batch
 # holds S draws of every token's V potentials (a sentence or window longer than the batch's share

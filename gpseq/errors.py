@@ -1,6 +1,10 @@
-"""User-facing errors: one clear line each, with a documented CLI exit code."""
+"""User-facing errors: one clear line each, with a documented CLI exit code; and `check_number`, the
+numeric check of every configuration, which raises one."""
 
 from __future__ import annotations
+
+import math
+import numbers
 
 
 class GpseqError(Exception):
@@ -51,3 +55,23 @@ class NumericalError(GpseqError):
     """A numerical failure that jitter escalation or step skipping could not recover from."""
 
     exit_code = 5
+
+
+def check_number(name: str, value, *, low=None, high=None, above=None, below=None, integer: bool = False,
+                 optional: bool = False) -> None:
+    """ConfigError unless `value` is a finite number (an integer with `integer`; never a boolean;
+    None too with `optional`) with low <= value <= high and above < value < below, where given.
+    Every configuration's `validate` checks its numeric fields with it."""
+    if optional and value is None:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, kind) and not isinstance(value, bool) \
+            and (isinstance(value, numbers.Integral) or math.isfinite(value)) \
+            and (low is None or value >= low) and (high is None or value <= high) \
+            and (above is None or value > above) and (below is None or value < below):
+        return
+    bounds = [f"{sign} {bound:,}" for sign, bound in ((">=", low), (">", above), ("<=", high), ("<", below))
+              if bound is not None]
+    what = ("an integer" if integer else "a finite number") + "".join(f" {bound}" for bound in bounds[:1]) \
+        + "".join(f" and {bound}" for bound in bounds[1:])
+    raise ConfigError(f"{name} must be {what}{' or null' if optional else ''}, got {value!r}")

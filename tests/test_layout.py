@@ -6,7 +6,11 @@ Every `import` / `from … import` of a gpseq module counts, at the top of a mod
 function (a lazy import is still a dependency), except under `if TYPE_CHECKING:` (annotations only)
 and `from gpseq import __version__` (the version string; the rest of gpseq/__init__.py is the lazy
 front door `gpseq.Tagger`, `gpseq.ModelChain`). A known exception is one entry of ALLOWED, with its
-reason: a new upward import or circle fails, and so does an entry once its import is gone."""
+reason: a new upward import or circle fails, and so does an entry once its import is gone.
+
+And one NumPy linear chain: the functions whose names say they are a chain algorithm are defined in
+structured/numpy_chain.py only (besides the TensorFlow chain of SVI), and training, prediction and
+the span probabilities import it."""
 
 from __future__ import annotations
 
@@ -41,10 +45,6 @@ LAYERS = [
 
 # Known imports against the layer order or around a circle: (importer, imported) -> why it stays.
 ALLOWED = {
-    ("gpseq.structured.config", "gpseq.training.config"):
-        "check_number, the numeric check every configuration shares, lives in training/config.py (imports only errors)",
-    ("gpseq.training.calibration", "gpseq.predict.linear"):
-        "the decoder choice on dev runs the NumPy Viterbi of predict/linear.py (belongs in structured/numpy_chain.py)",
     ("gpseq.serve.process", "gpseq.serve.app"):
         "the server process builds the app it runs; app.py reads process.rss_mib back (one package)",
 }
@@ -201,3 +201,54 @@ def test_the_layer_table_of_docs_architecture_is_this_order():
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| ([^|]+?) \| `gpseq", text, flags=re.MULTILINE)
     assert rows == [name for name, _ in LAYERS]
+
+
+# The NumPy linear chain: one forward–backward and one (k-best) Viterbi, in one module; the
+# TensorFlow chain of SVI (chain.py over log_semiring.py) is the other implementation kept.
+NUMPY_CHAIN = "gpseq.structured.numpy_chain"
+TENSORFLOW_CHAIN = {"gpseq.structured.chain", "gpseq.structured.log_semiring"}
+# what a chain algorithm's name says: a Viterbi, a forward–backward, the messages, the log-partition
+CHAIN_ALGORITHM = re.compile(r"viterbi|forward_backward|(^|_)messages$|log_partition")
+# the modules that run the NumPy chain: the default training, calibration, prediction, spans
+CHAIN_USERS = ["gpseq.training.chain_objective", "gpseq.training.calibration", "gpseq.predict.linear",
+               "gpseq.structured.spans"]
+
+
+def _function_names(tree: ast.Module) -> list[str]:
+    """Every function and method defined in `tree`, as `name` or `Class.name` (nested ones too)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append(prefix + child.name)
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def _chain_algorithms(module: str) -> list[str]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"), str(MODULES[module]))
+    return [name for name in _function_names(tree) if CHAIN_ALGORITHM.search(name.rpartition(".")[2])]
+
+
+def test_the_numpy_chain_is_one_module():
+    """No module but numpy_chain.py (and the TensorFlow chain) defines a forward–backward, a
+    Viterbi, chain messages or a log-partition, by name; numpy_chain.py defines them all (the scan
+    finds them there, so a renaming cannot make it pass by finding nothing)."""
+    assert {"TimeMajor.forward_backward", "TimeMajor.scaled_messages", "TimeMajor.viterbi", "nbest_viterbi",
+            "viterbi"} <= set(_chain_algorithms(NUMPY_CHAIN))
+    elsewhere = [f"{module}: {name}" for module in MODULES if module not in TENSORFLOW_CHAIN | {NUMPY_CHAIN}
+                 for name in _chain_algorithms(module)]
+    assert not elsewhere, ("a chain algorithm outside structured/numpy_chain.py (build it on TimeMajor there):\n"
+                           + "\n".join(elsewhere))
+
+
+@pytest.mark.parametrize("module", CHAIN_USERS)
+def test_training_prediction_and_spans_run_the_one_numpy_chain(module):
+    assert NUMPY_CHAIN in GRAPH[module], f"{module} no longer runs {NUMPY_CHAIN}"

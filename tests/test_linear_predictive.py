@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gpseq.corpora import read_conll
-from gpseq.predict.linear import LinearPredictive, viterbi
+from gpseq.predict.linear import LinearPredictive
+from gpseq.structured.numpy_chain import viterbi
 from gpseq.tagger import Tagger
 
 

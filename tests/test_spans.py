@@ -10,7 +10,8 @@ import pytest
 
 from gpseq.corpora.schemes import spans
 from gpseq.errors import ConfigError
-from gpseq.structured.spans import ChainPosterior, SpanScheme, max_expected_f1_spans, span_queries, top_k
+from gpseq.structured.numpy_chain import top_k
+from gpseq.structured.spans import ChainPosterior, SpanScheme, max_expected_f1_spans, span_queries
 
 LABELSETS = {
     "iob2": ["B-A", "I-A", "B-B", "I-B", "O"],

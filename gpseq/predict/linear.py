@@ -5,10 +5,10 @@ what `gpseq train` builds by default) the deterministic calibrated predictive is
 unary potentials with mean m = b + X μ and variance v = X² s (`[N, V]`, sparse products over
 the features), replaced by m / √(1 + π α v / 8) / T (`training.calibration.calibrated_potentials`),
 then one forward–backward; labels are the Viterbi path of the posterior-mean potentials (b + X μ,
-the pairwise mean). `structured/predict.py` computes the same in TensorFlow for every model; this
-is that function for the default one, with no per-call compilation or dispatch cost (a compiled
-call had a fixed ≈ 24 ms of CPU time: what a service answering small requests pays per batch) and
-no TensorFlow import (3–4 s) for tagging.
+the pairwise mean), both by the NumPy chain (`structured/numpy_chain.py`). `structured/predict.py`
+computes the same in TensorFlow for every model; this is that function for the default one, with
+no per-call compilation or dispatch cost (a compiled call had a fixed ≈ 24 ms of CPU time: what a
+service answering small requests pays per batch) and no TensorFlow import (3–4 s) for tagging.
 
 Shapes: `data` a `SequenceData` (CSR rows `[N, D]`); padded outputs `[B, T, V]`, paths `[B, T]`.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpseq.cancellation import CHECK_STEPS, check_cancelled
 from gpseq.features.padded import ranges
+from gpseq.structured.numpy_chain import viterbi
 from gpseq.structured.spans import ChainPosterior
 from gpseq.training.calibration import calibrated_potentials
 
@@ -97,38 +97,3 @@ class LinearPredictive:
         posterior = ChainPosterior(calibrated[None], self.calibrated_pairwise[None], lengths, np.ones(1))
         return posterior.path_log_probs(labels)
 
-
-def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The best label path `[B, T]` (int32, 0 past a length) of the chains with `unary [B, T, V]`
-    and `pairwise [V, V]`: max-product forward with back-pointers over the sentences still
-    running at each step (sorted by length, a prefix), then the trace back from each sentence's
-    last token. Ties go to the lowest label id."""
-    B, T, V = unary.shape
-    paths = np.zeros((B, T), np.int32)
-    if B == 0 or T == 0:
-        return paths
-    order = np.argsort(-lengths, kind="stable")
-    unary, lengths = unary[order], lengths[order]
-    running = (lengths[None, :] > np.arange(T)[:, None]).sum(1)  # [T] sentences still running at t
-    score = unary[:, 0].copy()  # [B, V] best score of a path ending in each label
-    final = score.copy()  # at each sentence's last token
-    back = np.zeros((B, T, V), np.int32)
-    for t in range(1, T):
-        if t % CHECK_STEPS == 0:
-            check_cancelled()
-        n = int(running[t])
-        candidates = score[:n, :, None] + pairwise[None]  # [n, V from, V to]
-        best = candidates.argmax(1)  # [n, V]
-        back[:n, t] = best
-        score = np.take_along_axis(candidates, best[:, None, :], 1)[:, 0] + unary[:n, t]
-        ends = lengths[:n] == t + 1
-        final[:n][ends] = score[ends]
-    label = final.argmax(1)
-    rows = np.arange(B)
-    for t in range(T - 1, -1, -1):
-        inside = t < lengths
-        paths[:, t] = np.where(inside, label, 0)
-        label = np.where(inside & (t > 0), back[rows, t, label], label)
-    out = np.empty_like(paths)
-    out[order] = paths
-    return out

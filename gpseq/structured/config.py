@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from gpseq.errors import ConfigError
 from gpseq.structured.likelihoods import LIKELIHOODS  # noqa: F401  (re-exported: the built-in names)
 from gpseq.structured.likelihoods import check_estimator, check_likelihood_name
-from gpseq.training.config import check_number
+from gpseq.errors import check_number
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
 ESTIMATORS = ("pathwise", "score")

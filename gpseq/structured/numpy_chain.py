@@ -1,8 +1,10 @@
-"""The linear chain over a whole corpus in NumPy: scaled forward–backward in time-major order.
+"""The linear chain in NumPy: the one forward–backward and the one (k-best) Viterbi that training,
+prediction and the span probabilities run, in time-major order.
 
 The default training (MAP + Laplace, `gpseq.training.laplace`) evaluates the chain at point
-potentials hundreds of times over the same corpus; it needs neither sampling nor autodiff, so it
-runs without TensorFlow (no import, no tracing: a small corpus trains in seconds).
+potentials hundreds of times over the same corpus, and tagging with the default model runs it on
+every batch; neither needs sampling or autodiff, so both run without TensorFlow (no import, no
+tracing: a small corpus trains in seconds). The TensorFlow chain (`chain.py`) serves SVI.
 
 `TimeMajor` lays the tokens of a corpus out step by step: the sentences sorted by decreasing
 length, then all first tokens, all second tokens, … At step t the sentences still running are a
@@ -12,17 +14,23 @@ every step (CRFsuite's scaled formulation): exact up to float rounding. A step's
 least min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it
 cannot underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64).
 
-Shapes: unary `[N, V]` in time-major token order (`layout.order` maps it from corpus order),
-pairwise `[V, V]`, log Z `[B]` in the layout's sentence order.
+Shapes: unary `[..., N, V]` in time-major token order (`layout.order` maps it from corpus order),
+pairwise `[..., V, V]` (leading axes: several chains over the same sentences, one pairwise each),
+log Z `[..., B]` in the layout's sentence order. A padded batch `[B, T, V]` (sentences of length 0
+allowed) reaches the layout through `padded_layout`.
 
 `constrained_forward_backward` is the same chain restricted to the label paths an allowed-label
 mask `[N, V]` admits (one label at an annotated token, all of them at an unannotated one): the
 partial-annotation likelihood log p(observed labels | x) = log Z_constrained − log Z.
+
+The loops over steps call `check_cancelled` (`gpseq.cancellation`) every CHECK_STEPS steps.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from gpseq.cancellation import CHECK_STEPS, check_cancelled
 
 
 class TimeMajor:
@@ -67,43 +75,55 @@ class TimeMajor:
         return layout
 
     def _set_steps(self) -> None:
-        # step t ≥ 1 as plain ints: (first row of step t − 1, rows of step t): the recursions' loops
+        # step t ≥ 1 as plain ints: (t, first row of step t − 1, rows of step t): the recursions' loops
         # run once per step and position, and NumPy scalars or slice objects there cost more than the products
         starts = np.asarray(self.starts).tolist()
-        self._steps = [(starts[t - 1], starts[t], starts[t + 1]) for t in range(1, len(starts) - 1)]
+        self._steps = [(t, starts[t - 1], starts[t], starts[t + 1]) for t in range(1, len(starts) - 1)]
 
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
+
+    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray):
+        """The scaled forward and backward passes at `unary [..., N, V]` and `pairwise [..., V, V]`:
+        α̂ `[..., N, V]` (α_t including e_t, each row summing to 1), β̂ `[..., N, V]` (α̂_t β̂_t is the
+        marginal), e_t / z_t · β̂_t `[..., N, V]` (e_0 / z_0 at step 0), log z_t + the unary shift
+        `[..., N]`, the pairwise shift `[..., 1, 1]` and exp(P − shift) `[..., V, V]`."""
+        shift = unary.max(-1, keepdims=True)
+        emit = np.exp(unary - shift)
+        p_max = pairwise.max((-2, -1), keepdims=True)
+        trans = np.exp(pairwise - p_max)
+        trans_t = np.ascontiguousarray(np.swapaxes(trans, -1, -2))
+        alpha = np.empty_like(emit)
+        z = np.empty(emit.shape[:-1], dtype=unary.dtype)
+        first = self.slice(0)
+        z[..., first] = emit[..., first, :].sum(-1)
+        alpha[..., first, :] = emit[..., first, :] / z[..., first, None]
+        for t, prev, start, stop in self._steps:
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            new = alpha[..., prev : prev + stop - start, :] @ trans
+            new *= emit[..., start:stop, :]
+            z_t = np.add.reduce(new, -1)
+            z[..., start:stop] = z_t
+            np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
+        beta = np.ones_like(emit)
+        scaled = emit / z[..., None]  # e_t / z_t, then × β̂_t: the right factor of ξ_{t−1} and of β̂_{t−1}
+        for t, prev, start, stop in reversed(self._steps):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            here = scaled[..., start:stop, :]
+            here *= beta[..., start:stop, :]
+            np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
+        return alpha, beta, scaled, np.log(z) + shift[..., 0], p_max, trans
 
     def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True):
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`."""
-        shift = unary.max(1, keepdims=True)
-        emit = np.exp(unary - shift)
-        p_max = pairwise.max()
-        trans = np.exp(pairwise - p_max)
-        trans_t = np.ascontiguousarray(trans.T)
-        alpha = np.empty_like(emit)
-        z = np.empty(len(emit), dtype=unary.dtype)
-        first = self.slice(0)
-        z[first] = emit[first].sum(1)
-        alpha[first] = emit[first] / z[first, None]
-        for prev, start, stop in self._steps:
-            new = alpha[prev : prev + stop - start] @ trans
-            new *= emit[start:stop]
-            z_t = np.add.reduce(new, 1)
-            z[start:stop] = z_t
-            np.divide(new, z_t[:, None], out=alpha[start:stop])
-        beta = np.ones_like(emit)
-        scaled = emit / z[:, None]  # e_t / z_t, then × β̂_t: the right factor of ξ_{t−1} and of β̂_{t−1}
-        for prev, start, stop in reversed(self._steps):
-            here = scaled[start:stop]
-            here *= beta[start:stop]
-            np.matmul(here, trans_t, out=beta[prev : prev + stop - start])
+        alpha, beta, scaled, log_scale, p_max, trans = self._recursions(unary, pairwise)
         marg = alpha * beta
-        log_z = np.bincount(self.sentence_of, weights=np.log(z) + shift[:, 0], minlength=len(self.lengths))  # f64
-        log_z = log_z + (self.lengths - 1) * float(p_max)
+        log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
+        log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
         pair_sum = None
         if pairs:
             pair_sum = trans * (alpha[self.left].T @ scaled[self.right]) if len(self.left) else np.zeros_like(trans)
@@ -122,6 +142,59 @@ class TimeMajor:
             raise ValueError("every token needs at least one allowed label")
         return self.forward_backward(np.where(allowed, unary, -np.inf), pairwise, pairs=pairs)
 
+    def scaled_messages(self, unary: np.ndarray, pairwise: np.ndarray):
+        """The forward–backward messages of one or several chains, `unary [..., N, V]` and
+        `pairwise [..., V, V]`, as scaled messages and their scales: (α̂ `[..., N, V]`, β̂ `[..., N, V]`,
+        log c `[..., N]`, log Z `[..., B]`) with α_t = c_t α̂_t (α_t including e^{u_t}),
+        β_t = Z / c_t · β̂_t (β at a sentence's last token = 1) and the marginal α̂_t β̂_t."""
+        alpha, beta, _, log_scale, p_max, _ = self._recursions(unary, pairwise)
+        log_c = np.empty_like(log_scale)  # Σ_{s ≤ t} (log z_s + shift_s) + t · max P along the sentence
+        first = self.slice(0)
+        log_c[..., first] = log_scale[..., first]
+        for _, prev, start, stop in self._steps:
+            log_c[..., start:stop] = log_c[..., prev : prev + stop - start] + log_scale[..., start:stop] + p_max[..., 0]
+        last = self.starts[self.lengths - 1] + np.arange(len(self.lengths))  # each sentence's last row
+        return alpha, beta, log_c, log_c[..., last]
+
+    def viterbi(self, unary: np.ndarray, pairwise: np.ndarray, k: int = 1):
+        """The k best label paths of every sentence (k-best max-product) at `unary [N, V]`
+        (time-major) and `pairwise [V, V]`: labels `[N, k]` (time-major, column r the path of rank
+        r) and path scores `[B, k]` (layout order), best first; label 0 and score −inf where a
+        sentence has fewer than k paths. Ties go to the lower label id (the lower (label, rank))."""
+        N, V = unary.shape
+        B = len(self.lengths)
+        dtype = np.result_type(unary, pairwise)
+        if not B:
+            return np.zeros((0, k), np.int64), np.zeros((0, k), dtype)
+        into = np.repeat(np.asarray(pairwise, dtype).T, k, axis=1)  # [V, V·k]: P(i, j) at [j, i·k + r]
+        back = np.empty((N, V, k), np.int32)  # (previous label · k + its rank) of each (label, rank)
+        final = np.empty((B, V * k), dtype)  # scores at each sentence's last token
+        delta = np.full((B, V, k), -np.inf, dtype)  # best scores of paths ending in (label, rank)
+        delta[:, :, 0] = unary[self.slice(0)]
+        for t, _, start, stop in self._steps:
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            n = stop - start
+            final[n : len(delta)] = delta[n:].reshape(-1, V * k)  # sentences whose last token was t − 1
+            candidates = delta[:n].reshape(n, 1, V * k) + into  # [n, V next, V·k previous]
+            order = candidates.argmax(-1)[..., None] if k == 1 else top_k(candidates, k)  # [n, V, k]
+            delta = np.take_along_axis(candidates, order, -1) + unary[start:stop, :, None]
+            back[start:stop] = order
+        final[: len(delta)] = delta.reshape(-1, V * k)
+        best = final.argmax(-1)[:, None] if k == 1 else top_k(final, k)  # [B, k] (label · k + rank)
+        scores = np.take_along_axis(final, best, -1)
+        labels = np.empty((N, k), np.int64)
+        for t in range(len(self.running) - 1, -1, -1):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            rows, n = self.slice(t), int(self.running[t])
+            state = best[:n]
+            labels[rows] = state // k
+            if t:
+                best[:n] = np.take_along_axis(back[rows].reshape(n, V * k), state, -1)
+        found = np.isfinite(scores)
+        return np.where(found[self.sentence_of], labels, 0), np.where(found, scores, -np.inf)
+
     def transition_counts(self, labels: np.ndarray, num_labels: int, where: np.ndarray | None = None) -> np.ndarray:
         """Σ over adjacent gold pairs of 1[y_t = i, y_{t+1} = j] `[V, V]` (labels time-major); only
         the pairs whose left token has `where [N]` true, given it."""
@@ -129,3 +202,67 @@ class TimeMajor:
             (self.left[where[self.left]], self.right[where[self.left]])
         flat = labels[left] * num_labels + labels[right]
         return np.bincount(flat, minlength=num_labels * num_labels).reshape(num_labels, num_labels).astype(float)
+
+
+def padded_layout(lengths: np.ndarray):
+    """The layout of a padded batch's sentences of `lengths [B]` (0 allowed): (the `TimeMajor` of
+    its non-empty sentences, or None when there are none; the batch sentence of each layout
+    sentence `[B']`; the (sentence `[N]`, position `[N]`) of each time-major row in the batch, so
+    that `padded[sentence, position]` is the time-major array of `padded [B, T, ...]`)."""
+    lengths = np.asarray(lengths, np.int64)
+    nonempty = np.flatnonzero(lengths > 0)
+    if not len(nonempty):
+        return None, nonempty, (nonempty, nonempty)
+    layout = TimeMajor(np.concatenate([[0], np.cumsum(lengths[nonempty])]))
+    batch_sentence = nonempty[layout.sentences]
+    position = np.repeat(np.arange(len(layout.running)), layout.running)
+    return layout, batch_sentence, (batch_sentence[layout.sentence_of], position)
+
+
+def nbest_viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray, k: int):
+    """`TimeMajor.viterbi` of a padded batch, `unary [B, T, V]`, `pairwise [V, V]`, `lengths [B]`:
+    the k best paths `[B, k, T]` (0 past a length, and where a sentence has fewer than k paths)
+    and their scores `[B, k]` (−inf where it has fewer; an empty sentence has one path, score 0)."""
+    B, T, _ = unary.shape
+    paths, scores = np.zeros((B, k, T), np.int64), np.full((B, k), -np.inf)
+    scores[np.asarray(lengths) == 0, 0] = 0.0
+    layout, batch_sentence, rows = padded_layout(lengths)
+    if layout is not None:
+        labels, scores[batch_sentence] = layout.viterbi(unary[rows], pairwise, k)
+        paths[rows[0], :, rows[1]] = labels
+    return paths, scores
+
+
+def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The best label path `[B, T]` (int32, 0 past a length) of the chains with `unary [B, T, V]`
+    and `pairwise [V, V]`: `nbest_viterbi` with k = 1. Ties go to the lowest label id."""
+    return nbest_viterbi(unary, pairwise, lengths, 1)[0][:, 0].astype(np.int32)
+
+
+def top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices `[..., k]` of the k largest of `values [..., M]` along the last axis, largest first,
+    ties by lower index: `np.argsort(-values, axis=-1, kind="stable")[..., :k]` in O(M) instead
+    of O(M log M) (k-best Viterbi ranks V·k candidates per label and step). No NaN in `values`.
+    A partition picks k of them; only the rows where a value equal to the k-th largest was left
+    out (a tie at the boundary, e.g. −inf before k paths exist) take `_tied_top_k`."""
+    M = values.shape[-1]
+    if k >= M:
+        return np.argsort(-values, axis=-1, kind="stable")
+    picked = np.argpartition(-values, k - 1, axis=-1)[..., :k]
+    picked_values = np.take_along_axis(values, picked, axis=-1)
+    tied = (values >= picked_values.min(axis=-1, keepdims=True)).sum(axis=-1) > k
+    if tied.any():
+        picked[tied] = _tied_top_k(values[tied], k)
+    picked = np.sort(picked, axis=-1)  # index order, so that the stable sort below breaks ties by index
+    order = np.argsort(-np.take_along_axis(values, picked, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(picked, order, axis=-1)
+
+
+def _tied_top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """The indices `[N, k]` of the k largest of each row of `values [N, M]` (any order), ties at the
+    k-th largest value taken from the lowest indices."""
+    kth = -np.partition(-values, k - 1, axis=-1)[:, k - 1 : k]
+    above, tied = values > kth, values == kth  # −inf == −inf: ties at −inf count too
+    missing = k - above.sum(axis=-1, keepdims=True)
+    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= missing))  # exactly k per row
+    return np.nonzero(chosen)[1].reshape(len(values), k)

@@ -35,12 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from gpseq.cancellation import CHECK_STEPS, check_cancelled
+from gpseq.cancellation import check_cancelled
 from gpseq.corpora.schemes import _chunk_ends, _chunk_starts, normalise_scheme, split_label
 from gpseq.errors import ConfigError
+from gpseq.structured.numpy_chain import nbest_viterbi, padded_layout
 
 _SENTINEL = ("O", "")  # what precedes a sentence and follows it
 
@@ -90,35 +92,6 @@ class SpanScheme:
             raise ConfigError(f"no chunk type {kind!r} among the model's labels ({', '.join(self.types)})") from None
 
 
-def top_k(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices `[..., k]` of the k largest of `values [..., M]` along the last axis, largest first,
-    ties by lower index: `np.argsort(-values, axis=-1, kind="stable")[..., :k]` in O(M) instead
-    of O(M log M) (k-best Viterbi ranks V·k candidates per label and step). No NaN in `values`.
-    A partition picks k of them; only the rows where a value equal to the k-th largest was left
-    out (a tie at the boundary, e.g. −inf before k paths exist) take `_tied_top_k`."""
-    M = values.shape[-1]
-    if k >= M:
-        return np.argsort(-values, axis=-1, kind="stable")
-    picked = np.argpartition(-values, k - 1, axis=-1)[..., :k]
-    picked_values = np.take_along_axis(values, picked, axis=-1)
-    tied = (values >= picked_values.min(axis=-1, keepdims=True)).sum(axis=-1) > k
-    if tied.any():
-        picked[tied] = _tied_top_k(values[tied], k)
-    picked = np.sort(picked, axis=-1)  # index order, so that the stable sort below breaks ties by index
-    order = np.argsort(-np.take_along_axis(values, picked, axis=-1), axis=-1, kind="stable")
-    return np.take_along_axis(picked, order, axis=-1)
-
-
-def _tied_top_k(values: np.ndarray, k: int) -> np.ndarray:
-    """The indices `[N, k]` of the k largest of each row of `values [N, M]` (any order), ties at the
-    k-th largest value taken from the lowest indices."""
-    kth = -np.partition(-values, k - 1, axis=-1)[:, k - 1 : k]
-    above, tied = values > kth, values == kth  # −inf == −inf: ties at −inf count too
-    missing = k - above.sum(axis=-1, keepdims=True)
-    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= missing))  # exactly k per row
-    return np.nonzero(chosen)[1].reshape(len(values), k)
-
-
 def _log_matmul(log_x, matrix):
     """log(exp(log_x) @ matrix) `[R, N, V]` for log_x `[R, N, V]` and a non-negative matrix `[R, V, V]`
     (−inf where the sum is 0)."""
@@ -136,12 +109,14 @@ def _logsumexp(x, axis):
 
 
 class ChainPosterior:
-    """R weighted linear chains over a padded batch, with their forward–backward messages (float64).
+    """R weighted linear chains over a padded batch, with their forward–backward messages (float64)
+    from the one NumPy chain (`numpy_chain.TimeMajor.scaled_messages`, all R chains at once).
 
     unary `[R, B, T, V]` (or `[B, T, V]` for R = 1), pairwise `[R, V, V]` (or `[V, V]`),
     lengths `[B]` (0 allowed: an empty sentence), weights `[R]` (default uniform). Its loops over
     chain steps call `check_cancelled` (`gpseq.cancellation`): every CHECK_STEPS steps where a step
-    is one token of the batch, every step where it is a pass over every query of the batch."""
+    is one token of the batch (in `numpy_chain`), every step where it is a pass over every query of
+    the batch (the span passes here)."""
 
     def __init__(self, unary, pairwise, lengths, weights=None):
         unary = np.asarray(unary, dtype=np.float64)
@@ -163,35 +138,38 @@ class ChainPosterior:
         self.pairwise = np.broadcast_to(pairwise, (R, V, V))
         self.pair_shift = self.pairwise.max(axis=(1, 2), keepdims=True)  # [R, 1, 1]
         self.transition = np.exp(self.pairwise - self.pair_shift)  # [R, V, V] exp W, scaled
-        self._messages()
+        # the batch's tokens in time-major order (`numpy_chain.padded_layout`): row n is token
+        # position[n] of sentence[n]
+        layout, batch_sentence, self._rows = padded_layout(self.lengths)
+        self.log_z = np.zeros((R, B))  # [R, B]; 0 for an empty sentence
+        if layout is None:
+            self._alpha = self._beta = np.zeros((R, 0, V))
+            self._log_c = np.zeros((R, 0))
+        else:
+            self._alpha, self._beta, self._log_c, self.log_z[:, batch_sentence] = layout.scaled_messages(
+                self.unary[:, self._rows[0], self._rows[1]], self.pairwise)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         return self.unary.shape
 
-    def _messages(self) -> None:
-        """log α `[R, B, T, V]` (including u_t), log β `[R, B, T, V]` (β_{L−1} = 1) and log Z `[R, B]`."""
-        R, B, T, V = self.unary.shape
-        shift = self.pair_shift[..., 0]  # [R, 1]
-        log_alpha = np.empty_like(self.unary)
-        log_alpha[:, :, 0] = self.unary[:, :, 0]
-        for t in range(1, T):
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            log_alpha[:, :, t] = _log_matmul(log_alpha[:, :, t - 1], self.transition) + shift[..., None] \
-                + self.unary[:, :, t]
-        log_beta = np.zeros_like(self.unary)
-        transposed = np.swapaxes(self.transition, 1, 2)
-        last = np.maximum(self.lengths - 1, 0)
-        for t in range(T - 2, -1, -1):
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            inside = (t < last)[None, :, None]  # β_t is a message only before the last token
-            step = _log_matmul(self.unary[:, :, t + 1] + log_beta[:, :, t + 1], transposed) + shift[..., None]
-            log_beta[:, :, t] = np.where(inside, step, 0.0)
-        self.log_alpha, self.log_beta = log_alpha, log_beta
-        ends = log_alpha[:, np.arange(B), last]  # [R, B, V]
-        self.log_z = np.where(self.lengths > 0, _logsumexp(ends, axis=-1), 0.0)  # [R, B]; 0 for an empty sentence
+    def _padded(self, time_major) -> np.ndarray:
+        """`[R, N, V]` in time-major order as `[R, B, T, V]` (0 past a length)."""
+        out = np.zeros(self.unary.shape)
+        out[:, self._rows[0], self._rows[1]] = time_major
+        return out
+
+    @cached_property
+    def log_alpha(self) -> np.ndarray:
+        """log α_t `[R, B, T, V]`: the forward messages including u_t (0 past a length)."""
+        with np.errstate(divide="ignore"):
+            return self._padded(np.log(self._alpha) + self._log_c[..., None])
+
+    @cached_property
+    def log_beta(self) -> np.ndarray:
+        """log β_t `[R, B, T, V]`: the backward messages, 0 at a sentence's last token (and past it)."""
+        with np.errstate(divide="ignore"):
+            return self._padded(np.log(self._beta) + (self.log_z[:, self._rows[0]] - self._log_c)[..., None])
 
     def _mix(self, log_p):
         """log Σ_r w_r exp(log_p[r]) for log_p `[R, ...]`."""
@@ -201,10 +179,8 @@ class ChainPosterior:
     # ---- tokens and paths --------------------------------------------------------------------------
     def token_marginals(self) -> np.ndarray:
         """p(y_t = v | X) `[B, T, V]` (weighted over the chains; 0 past a length)."""
-        log_marg = self.log_alpha + self.log_beta - self.log_z[:, :, None, None]
-        marg = np.einsum("r,rbtv->btv", self.weights, np.exp(np.minimum(log_marg, 0.0)))
-        T = self.unary.shape[2]
-        return np.where(np.arange(T)[None, :, None] < self.lengths[:, None, None], marg, 0.0)
+        marg = np.einsum("r,rnv->nv", self.weights, np.minimum(self._alpha * self._beta, 1.0))
+        return self._padded(marg[None])[0]
 
     def path_scores(self, paths) -> np.ndarray:
         """Unnormalised log-scores `[R, B]` of label paths `[B, T]` (entries past a length ignored)."""
@@ -231,57 +207,20 @@ class ChainPosterior:
             mixed = np.minimum(mixed + 0.5 * relative_variance, 0.0)
         return mixed
 
-    def mean_chain(self) -> "ChainPosterior":
-        """The single chain of the weighted mean potentials (the chains themselves when R = 1)."""
-        if len(self.weights) == 1:
-            return self
-        unary = np.einsum("r,rbtv->btv", self.weights, self.unary)
-        pairwise = np.einsum("r,rij->ij", self.weights, self.pairwise)
-        return ChainPosterior(unary, pairwise, self.lengths)
-
-    def viterbi(self) -> np.ndarray:
-        """The best path `[B, T]` of the weighted mean potentials (padding 0)."""
-        paths, _ = self.nbest(1)
-        return paths[:, 0]
-
     def nbest(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best paths `[B, k, T]` of the weighted mean potentials, best first (k-best Viterbi),
-        and log P(path | X) `[B, k]` of each under the R chains (−inf and path 0 where a sentence
-        has fewer than k paths)."""
+        """The k best paths `[B, k, T]` of the weighted mean potentials, best first (k-best Viterbi,
+        `numpy_chain.nbest_viterbi`), and log P(path | X) `[B, k]` of each under the R chains (−inf
+        and path 0 where a sentence has fewer than k paths)."""
         if k < 1:
             raise ConfigError(f"n-best needs k >= 1, got {k}")
-        mean = self.mean_chain()
-        unary, pairwise = mean.unary[0], mean.pairwise[0]  # [B, T, V], [V, V]
-        B, T, V = unary.shape
-        delta = np.full((B, V, k), -np.inf)
-        delta[:, :, 0] = unary[:, 0]
-        back = np.zeros((T, B, V, k), dtype=np.int64)  # flat (previous label · k + previous rank)
-        keep = (np.arange(V)[:, None] * k + np.arange(k)[None, :])[None]  # identity pointer [1, V, k]
-        into = np.repeat(pairwise.T, k, axis=1)[None]  # [1, V, V·k]: W(i, j) at [j, i·k + r]
-        for t in range(1, T):
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            candidates = delta.reshape(B, 1, V * k) + into  # [B, V, V·k]: next label j, (previous label, rank)
-            order = top_k(candidates, k)  # [B, V, k]
-            best = np.take_along_axis(candidates, order, axis=-1)
-            running = (t < self.lengths)[:, None, None]
-            delta = np.where(running, best + unary[:, t, :, None], delta)
-            back[t] = np.where(running, order, keep)
-        final = delta.reshape(B, V * k)
-        top = top_k(final, k)  # [B, k] flat (label · k + rank)
-        found = np.isfinite(np.take_along_axis(final, top, axis=1))  # [B, k]
-        paths = np.zeros((B, k, T), dtype=np.int64)
-        state = top
-        for t in range(T - 1, -1, -1):
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            label = state // k
-            paths[:, :, t] = label
-            state = np.take_along_axis(back[t].reshape(B, V * k), state, axis=1)
-        paths = np.where(np.arange(T)[None, None, :] < self.lengths[:, None, None], paths, 0)
+        if len(self.weights) == 1:  # the predictive chain itself
+            unary, pairwise = self.unary[0], self.pairwise[0]
+        else:
+            unary = np.einsum("r,rbtv->btv", self.weights, self.unary)
+            pairwise = np.einsum("r,rij->ij", self.weights, self.pairwise)
+        paths, scores = nbest_viterbi(unary, pairwise, self.lengths, k)
         log_probs = np.stack([self.path_log_probs(paths[:, n]) for n in range(k)], axis=1)
-        paths = np.where(found[:, :, None], paths, 0)
-        return paths, np.where(found, log_probs, -np.inf)
+        return paths, np.where(np.isfinite(scores), log_probs, -np.inf)
 
     # ---- spans -------------------------------------------------------------------------------------
     def span_log_probs(self, scheme: SpanScheme, queries, *, per_chain: bool = False) -> np.ndarray:
@@ -305,8 +244,9 @@ class ChainPosterior:
         """P(span | X) `[Q]` of queries `[Q, 4]` (sentence, type id, start, end exclusive)."""
         return np.exp(self.span_log_probs(scheme, queries))
 
-    def _start_messages(self, scheme: SpanScheme, b, c, i):
-        """log of the constrained forward message at the first token of spans (b, c, i): `[R, N, V]`."""
+    def _start_factors(self, scheme: SpanScheme, b, c, i):
+        """The start factor of spans (b, c, i) `[R, N, V]`: the log of the constrained forward message
+        at their first token, α_{i−1}ᵀ (W∘S_τ) D_i masked to type τ."""
         R, _, _, V = self.unary.shape
         starts = self.transition * scheme.starts[:V][None]  # [R, V, V] exp W where the pair starts a chunk
         prev = self.log_alpha[:, b, np.maximum(i - 1, 0)]  # [R, N, V]
@@ -332,7 +272,7 @@ class ChainPosterior:
         """Constrained forward passes for queries sorted by decreasing length; `emit(rows, log_p [R, n])`."""
         b, c, i, j = queries.T
         length = j - i
-        message = self._start_messages(scheme, b, c, i)  # [R, Q, V]
+        message = self._start_factors(scheme, b, c, i)  # [R, Q, V]
         continues = self.transition * scheme.continues[None]
         shift = self.pair_shift[..., 0][..., None]
         steps = int(length[0])
@@ -357,7 +297,7 @@ class ChainPosterior:
         starts = np.asarray(starts, dtype=np.int64).reshape(-1, 3)
         found_queries, found_probs = [np.zeros((0, 4), np.int64)], [np.zeros(0)]
         b, c, i = starts.T
-        message = self._start_messages(scheme, b, c, i)  # [R, N, V] at token i + k
+        message = self._start_factors(scheme, b, c, i)  # [R, N, V] at token i + k
         continues = self.transition * scheme.continues[None]
         shift = self.pair_shift[..., 0][..., None]
         alive = np.arange(len(starts))

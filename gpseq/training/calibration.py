@@ -178,7 +178,7 @@ def held_out_decodes(parts, alpha: float, temperature: float) -> list[tuple[np.n
     at (α, T), to choose the model's decoder by a held-out score: per part (gold labels, each
     token's most probable label, the Viterbi path of the posterior-mean potentials, offsets), in
     corpus order (`[N]` each; a negative gold id: unknown or unlabelled)."""
-    from gpseq.predict.linear import viterbi
+    from gpseq.structured.numpy_chain import viterbi
 
     out = []
     for mean, variance, pair_mean, pair_variance, labels, offsets in parts:

@@ -3,35 +3,12 @@ the default training (`gpseq.training.laplace`) runs without it."""
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field
 
-from gpseq.errors import ConfigError
+from gpseq.errors import ConfigError, check_number
 
 STRATEGIES = ("default", "mirrored", "multiworker")  # tf.distribute strategies (`gpseq.training.distribute`)
 SEED_LIMIT = 2**31  # seeds are TensorFlow int32 tensors (stateless random ops) and NumPy generator seeds
-
-
-def check_number(name: str, value, *, low=None, high=None, above=None, below=None, integer: bool = False,
-                 optional: bool = False) -> None:
-    """ConfigError unless `value` is a finite number (an integer with `integer`; never a boolean;
-    None too with `optional`) with low <= value <= high and above < value < below, where given.
-    Every configuration's `validate` checks its numeric fields with it (this module imports nothing
-    of gpseq but its errors, so the feature, model and tagger configurations can)."""
-    if optional and value is None:
-        return
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, kind) and not isinstance(value, bool) \
-            and (isinstance(value, numbers.Integral) or math.isfinite(value)) \
-            and (low is None or value >= low) and (high is None or value <= high) \
-            and (above is None or value > above) and (below is None or value < below):
-        return
-    bounds = [f"{sign} {bound:,}" for sign, bound in ((">=", low), (">", above), ("<=", high), ("<", below))
-              if bound is not None]
-    what = ("an integer" if integer else "a finite number") + "".join(f" {bound}" for bound in bounds[:1]) \
-        + "".join(f" and {bound}" for bound in bounds[1:])
-    raise ConfigError(f"{name} must be {what}{' or null' if optional else ''}, got {value!r}")
 
 
 @dataclass
