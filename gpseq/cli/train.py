@@ -35,7 +35,7 @@ TRAIN_EXAMPLES = """[b]Examples[/b]
   gpseq train partial.conll -o runs/p   # tokens labelled ? are marginalised
   gpseq train train.spacy --dev dev.spacy -o runs/ner --spacy-labels ents
   gpseq train train.conll -o runs/plug --likelihood mypkg.chain:log_likelihood \
-      --set model.estimator=score   # a NumPy likelihood (README, Likelihoods)
+      --set model.estimator=score   # a NumPy likelihood (docs/likelihoods.md)
 
 """ + EXIT_CODES
 
