@@ -327,17 +327,8 @@ def test_l1_map_satisfies_the_elastic_net_optimality_conditions_by_autodiff():
     fit = fit_laplace(NumpyChainObjective(data, V, dtype="float64"), groups, ["all"], prior_variance=2.0,
                       pairwise_prior_variance=2.0, bias_prior_variance=5.0, l1=strength, max_iterations=2000,
                       tolerance=0.0)
-    support = observed_pairs(data, V)
-    batch = {k: tf.constant(v) for k, v in make_batch(data, np.arange(len(data)), dtype=np.float64).items()}
-    w_obs, b, p = (tf.Variable(fit.weights), tf.Variable(fit.bias), tf.Variable(fit.pairwise))
-    with tf.GradientTape() as tape:
-        w = tf.reshape(tf.scatter_nd(support[:, None], w_obs, [D * V]), [D, V])
-        unary = b + tf.einsum("btf,btfv->btv", batch["values"], tf.gather(tf.gather(w, batch["feature_ids"]),
-                                                                          batch["indices"]))
-        smooth = (-tf.reduce_sum(chain.log_likelihood(batch["labels"], unary, p, batch["lengths"]))
-                  + 0.5 * tf.reduce_sum(w_obs**2) / 2.0 + 0.5 * tf.reduce_sum(p**2) / 2.0
-                  + 0.5 * tf.reduce_sum(b**2) / 5.0)
-    g_w, g_b, g_p = (g.numpy() for g in tape.gradient(smooth, [w_obs, b, p]))
+    np.testing.assert_array_equal(fit.support, observed_pairs(data, V))
+    g_w, g_b, g_p = _elastic_net_gradients(data, fit, D, V, 2.0, 2.0, 5.0)
     nonzero = fit.weights != 0.0
     assert 0 < nonzero.sum() < len(nonzero)
     np.testing.assert_allclose(g_w[nonzero] + strength * np.sign(fit.weights[nonzero]), 0.0, atol=1e-5)

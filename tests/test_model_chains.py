@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT, train_sample_pos_and_chunker
+from test_cli import parse_conll_output
 
 TEXT = "The committee approved the new budget on Tuesday. It will fund three small projects.\n\nA second paragraph follows here."
 WAIT = 60.0  # seconds a test waits for the server, at most
@@ -32,20 +33,6 @@ def invoke(*args):
     from gpseq.cli import app
 
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def conll_rows(text: str) -> list[list[list[str]]]:
-    """Sentences of rows of tab-separated fields, read by hand."""
-    sentences, current = [], []
-    for line in text.splitlines():
-        if line.strip():
-            current.append(line.split("\t"))
-        elif current:
-            sentences.append(current)
-            current = []
-    if current:
-        sentences.append(current)
-    return sentences
 
 
 def one_line(result) -> str:
@@ -74,7 +61,7 @@ def pos_column_file(models, text_file: Path, tmp_path: Path) -> tuple[Path, list
     column 1 (`token<TAB>POS` lines): the input the chunker reads in the chain."""
     alone = invoke("tag", models["pos"], text_file)
     assert alone.exit_code == 0, alone.stderr
-    tagged = conll_rows(alone.stdout)
+    tagged = parse_conll_output(alone.stdout)
     path = tmp_path / "with_pos.conll"
     path.write_text("".join("".join(f"{row[0]}\t{row[1]}\n" for row in sentence) + "\n" for sentence in tagged),
                     encoding="utf-8")
@@ -86,11 +73,11 @@ def test_chain_on_raw_text_equals_the_chunker_on_a_file_of_the_pos_labels(models
     column_file, pos_alone = pos_column_file(models, text_file, tmp_path)
     chunk_alone = invoke("tag", models["chunk"], column_file)
     assert chunk_alone.exit_code == 0, chunk_alone.stderr
-    reference = conll_rows(chunk_alone.stdout)
+    reference = parse_conll_output(chunk_alone.stdout)
 
     chained = invoke("tag", models["pos"], models["chunk"], text_file)
     assert chained.exit_code == 0, chained.stderr
-    rows = conll_rows(chained.stdout)
+    rows = parse_conll_output(chained.stdout)
     assert len(rows) == len(reference) == len(pos_alone) == 3
     for sentence, chunks, tags in zip(rows, reference, pos_alone, strict=True):
         assert all(len(row) == 4 for row in sentence)  # token, POS, chunk label, p(label)
@@ -148,7 +135,7 @@ def test_one_model_tags_as_before(models, text_file, tmp_path):
 
     single = invoke("tag", models["pos"], text_file)
     assert single.exit_code == 0, single.stderr
-    rows = conll_rows(single.stdout)
+    rows = parse_conll_output(single.stdout)
     assert all(len(row) == 3 for sentence in rows for row in sentence)  # token, label, p(label): no chain column
     sentences = read_corpus(text_file, "text", labelled=False)
     expected = models["pos_tagger"].tag(sentences)
@@ -286,7 +273,7 @@ def test_the_shipped_pos_tagger_feeds_the_shipped_chunker_on_raw_text(tmp_path):
     notes.write_text("The cat sat on the mat. He reckons the current account deficit will narrow.\n", encoding="utf-8")
     result = invoke("tag", pos, chunk, notes)
     assert result.exit_code == 0, result.stderr
-    rows = conll_rows(result.stdout)
+    rows = parse_conll_output(result.stdout)
     assert len(rows) == 2
     chunk_labels = set(json.loads((chunk / "tagger.json").read_text())["labels"])
     assert {row[2] for s in rows for row in s} <= chunk_labels
@@ -309,7 +296,7 @@ def test_the_shipped_chain_on_raw_text_gives_the_chunks_of_the_spacy_pipeline_of
     text = ROOT / "corpora" / "sample" / "example.txt"
     result = invoke("tag", pos, chunk, text)
     assert result.exit_code == 0, result.stderr
-    chain = conll_rows(result.stdout)
+    chain = parse_conll_output(result.stdout)
 
     config = spacy.util.load_config(ROOT / "pipelines" / "en_chunker.cfg",
                                     overrides={"paths.pos_model": str(pos), "paths.chunk_model": str(chunk)})
