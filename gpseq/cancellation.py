@@ -18,9 +18,8 @@ from typing import Callable, Iterator
 
 __all__ = ["CHECK_STEPS", "Cancelled", "check_cancelled", "stopping_when"]
 
-# chain steps between two checks: the slowest loop (k-best Viterbi with nbest 20, ~0.13 ms a step)
-# runs on at most ~35 ms past a stop, and the checks cost nothing measurable even in the fastest
-# (forward–backward, ~10 µs a step)
+# chain steps between two checks: few enough that the slowest loop (k-best Viterbi) stops soon
+# after a stop, rare enough to cost nothing measurable in the fastest (forward–backward)
 CHECK_STEPS = 256
 
 _should_stop: ContextVar[Callable[[], bool] | None] = ContextVar("gpseq_should_stop", default=None)

@@ -2,24 +2,19 @@
 from the chains alone (`gpseq.active.selection` draws the chains from a model and picks the batch).
 
 Every score is a function of a batch's chains (`gpseq.structured.spans.ChainPosterior`: R weighted
-chains p_r(y | X) over a padded batch), computed exactly by forward–backward in NumPy (float64)
-except where said:
+chains p_r(y | X) over a padded batch), exact by forward–backward in NumPy (float64) unless said:
 
-- **bald** — the mutual information between the labels and f under the posterior q(f),
-  I(y; f) = H[E_q p(y | f)] − E_q H[p(y | f)], from R = S posterior draws of the potentials
-  (epistemic uncertainty only: what more data would remove). `level="token"` (default):
-  Σ_t H[p̄_t] − Σ_r w_r H[p_{r,t}], the token marginals' mutual information, exact given the draws.
-  `level="sequence"`: the label *sequence's* mutual information Σ_r w_r KL(p_r ‖ p̄) (p̄ the
-  mixture of the draws' chains, not itself a chain, so its entropy has no forward–backward):
-  estimated by sampling `paths` label sequences from each draw's chain (forward filtering,
-  backward sampling) and averaging log p_r(y) − log p̄(y), both exact for a given path; unbiased,
-  error O(1/√(paths·S)).
+- **bald** — the mutual information I(y; f) = H[E_q p(y | f)] − E_q H[p(y | f)] from R = S
+  posterior draws of the potentials (epistemic uncertainty only). `level="token"` (default):
+  Σ_t H[p̄_t] − Σ_r w_r H[p_{r,t}], exact given the draws. `level="sequence"`: Σ_r w_r KL(p_r ‖ p̄)
+  (p̄ the mixture of the draws' chains, which has no forward–backward), estimated by sampling
+  `paths` label sequences from each draw's chain (forward filtering, backward sampling) and
+  averaging log p_r(y) − log p̄(y); unbiased, error O(1/√(paths·S)).
 - **entropy** — of the model's predictive (deterministic by default; `samples=S`: the calibrated
   Monte Carlo one). `level="token"`: Σ_t H[p̄_t]; `level="sequence"`: H[p(y | X)], exact for one
-  chain (log Z − E[score], pairwise marginals), estimated like sequence BALD for R > 1.
-- **least-confidence** — 1 − P(best path | X): the most probable path by Viterbi, exact for the
-  deterministic predictive (for R > 1, the best path of the mean potentials, scored under the
-  mixture).
+  chain (log Z − E[score]), estimated like sequence BALD for R > 1.
+- **least-confidence** — 1 − P(best path | X), the best path by Viterbi (for R > 1, that of the
+  mean potentials, scored under the mixture).
 - **margin** — 1 − (P(best path) − P(second best path)), by 2-best Viterbi.
 - **random** — a uniform draw per sentence (no model evaluation; drawn in `gpseq.active.selection`).
 

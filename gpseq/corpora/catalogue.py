@@ -58,7 +58,7 @@ def _check(path: Path, expected: str | None, origin: str) -> None:
 
 
 def _download(url: str, compression: str | None, target: Path) -> None:
-    import urllib.request  # here: 0.1 s to import, and only a download needs it
+    import urllib.request  # here: slow to import, and only a download needs it
 
     with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (catalogue URLs are https)
         stream = gzip.GzipFile(fileobj=response) if compression == "gzip" else response

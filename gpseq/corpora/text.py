@@ -7,10 +7,10 @@ is split into pieces of at most that many tokens, at whitespace between tokens.
 
 Nor a stretch of more than TEXT_MAX_RUN characters without whitespace: spaCy's tokenizer strips a
 word's prefixes and suffixes one at a time, copying the rest each time, so its time grows with the
-square of such a stretch ("((((…" of 16,000 characters: 19 s; of 100,000: about 12 minutes). A
-line holding a longer one is tokenised in pieces, cut inside such stretches only, every
-TEXT_MAX_RUN characters (after the last sentence-final punctuation of the window's second half
-when there is one, e.g. 。 in unspaced scripts): a token longer than that is cut into pieces.
+square of such a stretch. A line holding a longer one is tokenised in pieces, cut inside such
+stretches only, every TEXT_MAX_RUN characters (after the last sentence-final punctuation of the
+window's second half when there is one, e.g. 。 in unspaced scripts): a token longer than that is
+cut into pieces.
 
 Nor is a line ever held whole: it is read in pieces of at most MAX_LINE_BYTES (`numbered_pieces`),
 and a line longer than that is cut at whitespace as its pieces arrive, so memory stays bounded for

@@ -203,7 +203,7 @@ class Featurizer:
         """Read a featurizer written by `save`; a missing, corrupt or newer one → ModelFormatError."""
         meta_path, data = read_featurizer_json(directory)
         try:
-            # a featurizer saved before column 0 counted unseen features keeps tagging without it
+            # a featurizer saved without `unseen_column` keeps tagging without it
             config = FeatureConfig.from_dict({"unseen_column": False, **data["config"]})
         except (ConfigError, KeyError, TypeError) as err:
             raise ModelFormatError(f"{meta_path}: bad feature configuration: {err}") from None

@@ -1,6 +1,7 @@
 """The shared sparse-GP core: kernels (dense and padded sparse inputs), the weight-space linear GP,
-K-means inducing inputs, variational q(u) (mixtures), conditionals (seed eqs. 15–18), likelihoods,
-SVGP / SGPR / FITC, natural gradients, deep GPs and GPNet (inference networks). Train them with `gpseq.training.trainer.Trainer`."""
+K-means inducing inputs, variational q(u) (mixtures), conditionals (graybox-structured-gp eqs.
+15–18), likelihoods, SVGP / SGPR / FITC, natural gradients, deep GPs and GPNet (inference networks).
+Train them with `gpseq.training.trainer.Trainer`."""
 
 from gpseq.gp.conditionals import (
     conditional_blocks, conditional_marginals, marginals_from_kzx, mixture_blocks, mixture_marginals,

@@ -1,8 +1,9 @@
-"""q(f) = ∫ p(f | u) q(u) du at new inputs: marginals, and per-sequence blocks (seed eqs. 15–18).
+"""q(f) = ∫ p(f | u) q(u) du at new inputs: marginals, and per-sequence blocks (eqs. 15–18 of
+the paper, design notes `graybox-structured-gp.md`: equation numbers here are its own).
 
-With L = chol(K_zz) and A = K_xz K_zz⁻¹ (seed eq. 17):
-    mean = A m                                       (seed eq. 15)
-    cov  = K̃ + A S Aᵀ,  K̃ = K_xx − A K_zx            (seed eqs. 16, 18)
+With L = chol(K_zz) and A = K_xz K_zz⁻¹ (eq. 17):
+    mean = A m                                       (eq. 15)
+    cov  = K̃ + A S Aᵀ,  K̃ = K_xx − A K_zx            (eqs. 16, 18)
 Whitened (u = L v, q(v) = N(m, S)): A m → (K_xz L⁻ᵀ) m and A S Aᵀ → (K_xz L⁻ᵀ) S (K_xz L⁻ᵀ)ᵀ.
 Covariance is only ever formed per sequence block `[T, T]`, never `[N, N]`.
 One mixture component at a time: `q_mu [M, P]`, `q_sqrt [P, M, M]` (full) or `[M, P]` (diagonal).
@@ -17,7 +18,7 @@ from gpseq.gp.linalg import safe_cholesky
 
 def projections(Kxz, Kzz_chol, whiten: bool):
     """A_w = K_xz L⁻ᵀ (for K̃) and the projection applied to q(u): A_w whitened, A = K_xz K_zz⁻¹
-    otherwise (seed eq. 17). `Kxz [..., N, M]`, `Kzz_chol [M, M]` → both `[..., N, M]`.
+    otherwise (eq. 17). `Kxz [..., N, M]`, `Kzz_chol [M, M]` → both `[..., N, M]`.
     """
     Kxz = tf.convert_to_tensor(Kxz)
     shape = tf.shape(Kxz)
@@ -28,12 +29,12 @@ def projections(Kxz, Kzz_chol, whiten: bool):
 
 
 def whitened_projection(Kxz, Kzz_chol):
-    """K_xz L⁻ᵀ `[..., N, M]` for `Kxz [..., N, M]`, `Kzz_chol [M, M]` (the whitened A of seed eq. 17)."""
+    """K_xz L⁻ᵀ `[..., N, M]` for `Kxz [..., N, M]`, `Kzz_chol [M, M]` (the whitened A of eq. 17)."""
     return projections(Kxz, Kzz_chol, whiten=True)[0]
 
 
 def conditional_noise(eps, a_w, mask, jitter, *, k_diag=None, k_block=None):
-    """A draw of f − A u given u per sequence, N(0, K̃) with K̃ = K_xx − A_w A_wᵀ (seed eq. 18).
+    """A draw of f − A u given u per sequence, N(0, K̃) with K̃ = K_xx − A_w A_wᵀ (eq. 18).
 
     `eps [..., B, T, P]` standard normal, `a_w [..., B, T, M]`, `mask [B, T]` (1 at real tokens).
     With `k_diag [..., B, T]` only the diagonal of K̃ is used (independent tokens); with
@@ -58,7 +59,7 @@ def projections_from_kzx(Kzx, Kzz_chol, whiten: bool):
 
 
 def marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
-    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal),
+    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (eqs. 15–16, diagonal),
     from the cross-covariance in the layout the solves take: `Kzx [M, N]` (no transposes).
 
     `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.
@@ -68,7 +69,7 @@ def marginals_from_kzx(Kzx, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
 
 def marginals_from_projections(a_w_t, proj_t, Kxx_diag, q_mu, q_sqrt):
     """Marginals of q(f) → (`[N, P]`, `[N, P]`) from `a_w_t` = L⁻¹ K_zx `[M, N]` (for K̃) and `proj_t`
-    `[M, N]`, the projection applied to q(u) (`a_w_t` whitened, K_zz⁻¹ K_zx otherwise; seed eq. 17).
+    `[M, N]`, the projection applied to q(u) (`a_w_t` whitened, K_zz⁻¹ K_zx otherwise; eq. 17).
     The P latents' (B L_S) products are one `[N, M] × [M, P·M]` matmul.
     """
     q_mu, q_sqrt = tf.convert_to_tensor(q_mu, a_w_t.dtype), tf.convert_to_tensor(q_sqrt, a_w_t.dtype)
@@ -86,7 +87,7 @@ def marginals_from_projections(a_w_t, proj_t, Kxx_diag, q_mu, q_sqrt):
 
 
 def conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
-    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (seed eqs. 15–16, diagonal).
+    """Marginal mean and variance of q(f) at N points → (`[N, P]`, `[N, P]`) (eqs. 15–16, diagonal).
 
     `Kxz [N, M]`, `Kzz_chol [M, M]`, `Kxx_diag [N]`, `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`
     (`marginals_from_kzx` takes K_zx and saves the transpose).
@@ -95,7 +96,7 @@ def conditional_marginals(Kxz, Kzz_chol, Kxx_diag, q_mu, q_sqrt, whiten: bool):
 
 
 def conditional_blocks(Kxz, Kzz_chol, Kxx_blocks, q_mu, q_sqrt, whiten: bool):
-    """Per-sequence mean and covariance of q(f) → (`[B, T, P]`, `[B, P, T, T]`) (seed eqs. 15–18).
+    """Per-sequence mean and covariance of q(f) → (`[B, T, P]`, `[B, P, T, T]`) (eqs. 15–18).
 
     `Kxz [B, T, M]`, `Kzz_chol [M, M]`, `Kxx_blocks [B, T, T]` (e.g. `kernel.K_sparse_block`),
     `q_mu [M, P]`, `q_sqrt [P, M, M]` or `[M, P]`.

@@ -1,8 +1,9 @@
 """Deep Gaussian processes: L layers of sparse GPs built from the GP core (kernels, `VariationalGaussian`
 q(u), `conditional_marginals`), trained by doubly-stochastic variational inference (default) or by the
-nested variational compression bound (`gpseq.gp.nested`, seed eq. 19).
+nested variational compression bound (`gpseq.gp.nested`, Hensman & Lawrence eq. 19;
+design notes `nested-variational-compression-deep-gp.md`).
 
-Model (seed eq. 11): h_0 = X, h_i = f_i(h_{i−1}) + m_i(h_{i−1}) (+ ε_i, ε_i ~ N(0, σ_i²) when the layer
+Model (their eq. 11): h_0 = X, h_i = f_i(h_{i−1}) + m_i(h_{i−1}) (+ ε_i, ε_i ~ N(0, σ_i²) when the layer
 has a noise variance), y ~ p(y | f_L(h_{L−1})). Each layer i has its own kernel, inducing inputs
 Z_i `[M_i, D_{i−1}]`, q(u_i) over D_i independent output GPs, and optionally a linear mean function
 m_i(h) = h W_i (`W_i [D_{i−1}, D_i]`, for hidden layers).
@@ -100,9 +101,9 @@ class GPLayer(tf.Module):
 class DeepGP(tf.Module):
     """Deep GP of `layers` (list of `GPLayer`) and an output `likelihood` (Gaussian, Bernoulli, Softmax).
 
-    `inference`: "dsvi" (doubly stochastic, default) or "nested" (seed eq. 19, Gaussian likelihood,
-    RBF/Linear kernels). `num_samples` S: samples propagated per training step (DSVI).
-    `num_data` N rescales minibatch likelihood terms by N / B.
+    `inference`: "dsvi" (doubly stochastic, default) or "nested" (Hensman & Lawrence eq. 19,
+    Gaussian likelihood, RBF/Linear kernels). `num_samples` S: samples propagated per training step
+    (DSVI). `num_data` N rescales minibatch likelihood terms by N / B.
     """
 
     def __init__(self, layers, likelihood, *, num_data: int | None = None, inference: str = "dsvi",

@@ -1,7 +1,7 @@
 """How a `GPNet` is trained: the closed-form weight step, exact-GP pre-training, `GPNetTrainer` and
 `fit_gpnet` (`GPNet.fit`). The model, its target q̂_{t+1} and its loss are in `gpseq.gp.gpnet`.
 
-**Closed-form step** (`project`; Gaussian likelihood, full V). Algorithm 1 of the seed steps γ by
+**Closed-form step** (`project`; Gaussian likelihood, full V). GPNet's Algorithm 1 steps γ by
 one gradient step on KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)] (as the shared `Trainer` does with Adam). For the
 weight posterior the step can be taken exactly: q̂_{t+1}(f_M) = N(μ̂, Σ̂) and q_γ(f_M) = N(Φm + ξ, C),
 C = ΦVΦᵀ, so the KL is 0 for every N(m, V) with those moments at X_M, and of these `project` takes
@@ -170,7 +170,7 @@ class GPNetTrainer:
     - the weight posterior N(m, V) takes the **closed-form** mirror-descent step (`project`:
       q_{t+1}(f_M) = q̂_{t+1}(f_M), the network's conditional given f_M kept) when the likelihood
       is Gaussian and V is full (`update="auto"` or `"closed_form"`); otherwise (`"gradient"`, or a
-      non-conjugate likelihood, or a diagonal V) one Adam step on the seed's objective, as the
+      non-conjugate likelihood, or a diagonal V) one Adam step on GPNet's objective, as the
       shared `Trainer` takes it;
     - every other variable (feature-map hyperparameters, residual network, kernel, noise) takes one
       Adam step (`learning_rate`) on the same loss — the feature map's only with `learn_features`

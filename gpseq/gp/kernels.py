@@ -125,7 +125,8 @@ class Kernel(tf.Module):
         raise NotImplementedError
 
     def K_sparse_block(self, rows: PaddedRows):
-        """κ(X_b, X_b) for each block of padded rows `[..., T, F]` → `[..., T, T]` (seed eq. 18)."""
+        """κ(X_b, X_b) for each block of padded rows `[..., T, F]` → `[..., T, T]`
+        (graybox-structured-gp eq. 18)."""
         rows = _as_rows(rows, self.dtype)
         flat, lead, T = _flatten_blocks(rows)
         out = self._from_gram_blocks(sparse_gram_blocks(flat))

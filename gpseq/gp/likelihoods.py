@@ -91,16 +91,16 @@ class Gaussian(tf.Module):
         if not variance > variance_floor >= 0.0:
             raise ConfigError(f"the Gaussian noise variance must exceed its floor {variance_floor:g}, got {variance}")
         self.variance_floor = float(variance_floor)
-        # checkpoints written before the floor hold the same variable (softplus⁻¹ of σ²): they
-        # load as σ² + floor
+        # a checkpoint saved without a floor holds the same variable (softplus⁻¹ of σ²): it
+        # loads as σ² + floor
         self.variance = tfp.util.TransformedVariable(
             tf.constant(variance, dtype), tfp.bijectors.Softplus(low=tf.constant(variance_floor, dtype)),
             name="variance")
 
     def variational_expectations(self, F_mean, F_var, Y):  # [N, P] ×3 → [N]
         """E_{N(f; m, v)}[log N(y; f, σ²)] = log N(y; m, σ²) − v / (2σ²)
-        = −½ (log 2π + log σ² + ((y − m)² + v) / σ²), in that one expression (TFP's Normal took a
-        square root, two divisions and its own log: 8 µs more per step with the gradient)."""
+        = −½ (log 2π + log σ² + ((y − m)² + v) / σ²), in that one expression (TFP's Normal takes a
+        square root, two divisions and its own log)."""
         noise = tf.convert_to_tensor(self.variance)
         Y = tf.cast(Y, noise.dtype)
         per = -0.5 * (_LOG_2PI + tf.math.log(noise) + (tf.math.squared_difference(Y, F_mean) + F_var) / noise)

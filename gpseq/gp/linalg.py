@@ -37,7 +37,8 @@ def safe_cholesky(matrix, jitter: float = 1e-6, max_tries: int = 6, growth: floa
 
 def whitened_solve(matrix, rhs, jitter: float = 1e-6, max_tries: int = 6, growth: float = 10.0):
     """A = L⁻¹ `rhs [..., M, N]` with L = `safe_cholesky(matrix [..., M, M], jitter, ...)` (the whitened
-    projection L⁻¹ K_zx of seed eq. 17), differentiated as one op when L itself is not needed:
+    projection L⁻¹ K_zx of graybox-structured-gp eq. 17), differentiated as one op when L itself is
+    not needed:
 
         ∂/∂rhs = L⁻ᵀ Ā,    ∂/∂matrix = −sym(L⁻ᵀ Φ(Ā Aᵀ) L⁻¹),
 

@@ -1,9 +1,10 @@
 """Sparse GP models: the stochastic variational GP (SVGP), the collapsed SGPR bound and FITC.
 
-SVGP (`seeds/gps-for-big-data-svi.md`, `seeds/vi-for-gps-lectures.md`): minibatch ELBO
+SVGP (design notes `gps-for-big-data-svi.md`, `vi-for-gps-lectures.md`): minibatch ELBO
     L = N / |batch| · Σ_{n ∈ batch} Σ_k π_k E_{q_k(f_n)}[log p(y_n | f_n)] − KL(q(u) ‖ p(u))
-with q(u) a `VariationalGaussian` (mixture when K > 1, seed eq. 13). SGPR: Titsias' collapsed
-bound log N(y | 0, Q_ff + σ² I) − tr(K_ff − Q_ff) / (2σ²). FITC: log N(y | 0, Q_ff + diag(K_ff − Q_ff) + σ² I).
+with q(u) a `VariationalGaussian` (mixture when K > 1, graybox-structured-gp eq. 13). SGPR: Titsias'
+collapsed bound log N(y | 0, Q_ff + σ² I) − tr(K_ff − Q_ff) / (2σ²).
+FITC: log N(y | 0, Q_ff + diag(K_ff − Q_ff) + σ² I).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Natural-gradient steps on Gaussian variational parameters (seed `gps-for-big-data-svi.md` §4-2).
+"""Natural-gradient steps on Gaussian variational parameters (design notes
+`gps-for-big-data-svi.md` §4-2).
 
 For q(u) = N(m, S) per latent, natural parameters θ₁ = S⁻¹m, θ₂ = −½S⁻¹ and expectation
 parameters η₁ = m, η₂ = S + mmᵀ. The natural gradient in θ is the ordinary gradient in η, so a

@@ -1,4 +1,5 @@
-"""The nested variational compression bound of a deep GP (Hensman & Lawrence, seed eq. 19).
+"""The nested variational compression bound of a deep GP (Hensman & Lawrence eq. 19, design
+notes `nested-variational-compression-deep-gp.md`).
 
 Gaussian messages q(h_i) = N(μ_i, diag s_i) are passed layer to layer (h_0 = X, s_0 = 0). With the
 psi statistics of layer i under q(h_{i−1}) (`gpseq.gp.psi`: ψ0, Ψ, Φ, Ξ), a = P w the projection of
@@ -6,8 +7,8 @@ the q(u) variable (P = K_zz⁻¹, or L⁻ᵀ when whitened, w ~ N(m_d, S_d) per 
 G = Pᵀ Φ P, b = Pᵀ ψ, per data point n and output d:
 
     mean        μ_i   = bᵀ m_d + μ_{i−1} W_d                              (message mean)
-    compression c     = ψ0 − tr(K_zz⁻¹ Φ)                                  (TCV, seed §3.4)
-    propagation p     = mᵀ G m + tr(G S) − (bᵀ m)² − bᵀ S b                (seed eq. 19, third line)
+    compression c     = ψ0 − tr(K_zz⁻¹ Φ)                                  (TCV, their §3.4)
+    propagation p     = mᵀ G m + tr(G S) − (bᵀ m)² − bᵀ S b                (eq. 19, third line)
                         + Σ_k s_k W_kd² + 2 (P m)ᵀ (Ξ − ψ μᵀ) W_d           (linear mean function)
     hidden layer:  bound −= (p + c) / (2σ_i²);  message s_i = σ_i² + bᵀ S b
     output layer:  bound += log N(y | μ_L, σ²) − (bᵀ S b + p + c) / (2σ²)
@@ -127,7 +128,8 @@ def nested_terms(model, X):
 
 
 def nested_elbo(model, batch):
-    """The nested variational compression bound (seed eq. 19, corrected as in the module docstring) → scalar."""
+    """The nested variational compression bound (Hensman & Lawrence eq. 19, corrected as in the module
+    docstring) → scalar."""
     X, Y = batch
     terms = nested_terms(model, X)
     total = tf.zeros([], model.dtype)

@@ -1,7 +1,8 @@
 """Psi statistics: kernel expectations under a factorised Gaussian input q(x) = N(μ, diag s).
 
 For inputs `mu [N, D]`, `var [N, D]` (s ≥ 0; s = 0 gives plain kernel evaluations) and inducing
-inputs `Z [M, D]` (seed §4.2, the quantities after eq. 17, per data point n):
+inputs `Z [M, D]` (design notes `nested-variational-compression-deep-gp.md` §4.2, the quantities after
+eq. 17, per data point n):
 
     ψ0_n        = E[k(x_n, x_n)]                         → `[N]`
     ψ1_nm       = E[k(x_n, z_m)]                          → `[N, M]`   (a row of Ψ)

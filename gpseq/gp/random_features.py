@@ -1,5 +1,5 @@
 """Feature maps φ whose inner products give a kernel: the weight-space view of a GP
-(`seeds/inference-networks-gp.md`, "Gaussian Processes: weight-space view"):
+(design notes `inference-networks-gp.md`, "Gaussian Processes: weight-space view"):
 f(x) = wᵀφ(x), w ~ N(0, I)  ⇔  f ~ GP(0, φ(x)ᵀφ(x')).
 
 - `kind="rbf"`: random Fourier features of the RBF kernel σ² exp(−‖x − x'‖² / (2ℓ²)) (Rahimi &

@@ -1,4 +1,5 @@
-"""q(u): a mixture of K Gaussians over P independent latent functions' M inducing values (seed eq. 13).
+"""q(u): a mixture of K Gaussians over P independent latent functions' M inducing values (design
+notes, graybox-structured-gp eq. 13).
 
 q(u) = Σ_k π_k Π_p N(u_p; m_kp, S_kp), with `q_mu [K, M, P]`, `q_sqrt [K, P, M, M]` lower
 triangular (FillScaleTriL bijector: Softplus diagonal) or `[K, M, P]` diagonal standard
@@ -122,7 +123,7 @@ class VariationalGaussian(tf.Module):
 
         K = 1: exact, in closed form per latent (L = Kzz_cholesky, I when whitened):
             ½ (‖L⁻¹ L_S‖²_F + ‖L⁻¹ m‖² − M) + Σ log diag L − Σ log diag L_S.
-        K > 1: the Jensen upper bound of the seed supplement,
+        K > 1: the Jensen upper bound of the paper's supplement,
             KL ≤ Σ_k π_k CE(q_k, p) + Σ_k π_k log Σ_l π_l N(m_k; m_l, S_k + S_l),
         (exact cross-entropy, entropy bounded below by Jensen), which keeps the ELBO a lower bound.
         """

@@ -7,8 +7,8 @@ the features), replaced by m / √(1 + π α v / 8) / T (`training.calibration.c
 then one forward–backward; labels are the Viterbi path of the posterior-mean potentials (b + X μ,
 the pairwise mean), both by the NumPy chain (`structured/numpy_chain.py`). `structured/predict.py`
 computes the same in TensorFlow for every model; this is that function for the default one, with
-no per-call compilation or dispatch cost (a compiled call had a fixed ≈ 24 ms of CPU time: what a
-service answering small requests pays per batch) and no TensorFlow import (3–4 s) for tagging.
+no per-call compilation or dispatch cost (a compiled call's fixed CPU cost, which a service
+answering small requests pays per batch) and no TensorFlow import for tagging.
 
 Shapes: `data` a `SequenceData` (CSR rows `[N, D]`); padded outputs `[B, T, V]`, paths `[B, T]`.
 """

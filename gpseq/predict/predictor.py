@@ -19,8 +19,8 @@ from gpseq.training.batching import SequenceData, batch_signature, make_batch, s
 
 PREDICT_TOKENS = 8192  # padded tokens a prediction batch holds at most
 # padded tokens × posterior draws a Monte Carlo batch holds at most: its arrays are S per token (the
-# chains' [S, B, T, V] and more), so a batch of PREDICT_TOKENS tokens at S = 100 held 12 GB with 44
-# labels; a sentence or window (≤ max_tokens tokens) longer than the share is a batch of its own
+# chains' [S, B, T, V] and more), so a batch of PREDICT_TOKENS tokens at S = 100 would take gigabytes;
+# a sentence or window (≤ max_tokens tokens) longer than the share is a batch of its own
 PREDICT_TOKEN_DRAWS = 65_536
 
 

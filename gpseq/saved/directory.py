@@ -3,7 +3,7 @@
 `Tagger.save` and the spaCy component write a model directory through `writing_model_dir`: a
 temporary sibling, renamed onto the target by `replace_model_dir`, which replaces only a directory
 that is absent, empty, or holds nothing but what gpseq wrote (tagger.json's "files" manifest of
-sizes and sha256; for models written before the manifest, the files `save` wrote then).
+sizes and sha256; for a model saved without a manifest, the fixed set `_LEGACY_MODEL_FILES`).
 `Tagger.load` checks the files against that manifest (`verify_manifest`) and reads arrays.npz
 (`read_arrays`). Every file is read within bounds (`gpseq.saved.files`). No TensorFlow.
 """
@@ -26,7 +26,7 @@ from gpseq.errors import ModelFormatError, OutputError
 from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
 from gpseq.saved.meta import FORMAT, META_FILE, read_model_meta
 
-# What `Tagger.save` writes: the only entries an old model directory (no manifest) may hold.
+# The only entries a model directory saved without a manifest may hold.
 _LEGACY_MODEL_FILES = frozenset({"tagger.json", "arrays.npz", "features/featurizer.json", "features/vocabulary.npz"})
 _LEGACY_MODEL_DIRS = frozenset({"features"})
 
@@ -99,7 +99,7 @@ def _foreign_content(directory: Path) -> str | None:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return "is not a gpseq model directory (its tagger.json has no gpseq-tagger format marker)"
     manifest = meta.get("files")
-    if manifest is None:  # written before the manifest: only the files gpseq writes
+    if manifest is None:  # saved without a manifest: only the files gpseq writes
         allowed_files, allowed_dirs = _LEGACY_MODEL_FILES, _LEGACY_MODEL_DIRS
     else:
         if not isinstance(manifest, dict) or not all(

@@ -27,7 +27,7 @@ FORMAT_VERSION = 1
 
 # The most labels a tagger may have: its pairwise potentials and their variances are V × V arrays
 # (training holds several, and V² per sentence), and every token carries V-wide marginals.
-# 10,000 labels make each pairwise array 400 MB in float32; 100,000 asked 74.5 GiB of one.
+# 10,000 labels make each pairwise array 400 MB in float32.
 MAX_LABELS = 10_000
 # The arrays whose values must be positive (the others are free: pretransformed by softplus)
 _POSITIVE_ARRAYS = ("var:temperature", "var:variance_scale")

@@ -3,31 +3,28 @@
 One worker thread per model owns the tagger (the only caller of `tag`, so the model needs no
 lock). Requests queue in a bounded queue; the worker takes the first, then whatever else is
 waiting, up to `max_batch_sentences` sentences and `max_batch_tokens` tokens, waiting at most
-`max_wait` seconds for more once the queue is empty (under load the queue is never empty, so a
-batch costs no extra latency). `Tagger.tag` then cuts the merged sentences into compiled calls
-by length and padded tokens.
+`max_wait` seconds for more once the queue is empty (under load it never is, so a batch costs no
+extra latency). `Tagger.tag` then cuts the merged sentences into compiled calls by length and
+padded tokens.
 
 Abandoned requests: a request whose caller stopped waiting (the service's request timeout)
 cancels its future, which stays pending until the worker sets its result, so the cancel always
-takes. The worker skips such a request: when it takes it from the queue, before each group of a
-batch, and before each piece of a request larger than the batch limits (tagged in pieces of at
-most `max_batch_sentences` sentences and `max_batch_tokens` tokens). A prediction call that has
-started stops once every request it serves is abandoned: `Tagger.tag` gets a `should_stop` that
-says so and raises `Cancelled` at its next check (between batches and every few hundred chain
-steps, `gpseq.cancellation`), and the worker moves on with nothing more to answer. So heavy
-requests past their timeout delay the next one by the stretch to that check, not by the rest of
-their call: milliseconds for the default model (its NumPy predictive checks within a batch too),
-at most one compiled batch of `predict.predictor.PREDICT_TOKENS` tokens for the other models.
+takes. The worker skips such a request when it takes it from the queue, before each group of a
+batch, and before each piece of a request larger than the batch limits. A prediction call that
+has started stops once every request it serves is abandoned: `Tagger.tag` gets a `should_stop`
+that says so and raises `Cancelled` at its next check (`gpseq.cancellation`). So a heavy request
+past its timeout delays the next one by the stretch to that check, not by the rest of its call:
+at most CHECK_STEPS chain steps for the default model (its NumPy predictive checks within a batch
+too), at most one compiled batch of `predict.predictor.PREDICT_TOKENS` tokens for the others.
 
 Which requests merge: those of one deterministic predictive (one call with the same options).
 A Monte Carlo request (`samples`, or a model whose default predictive is Monte Carlo) is tagged
 on its own: the draws of `Tagger.tag` are seeded per compiled call, so alone it gets exactly what
-`Tagger.tag` on its sentences gives. A merged call that fails is retried request by request, so
-one request's failure is only its own.
+`Tagger.tag` on its sentences gives. A merged call that fails is retried request by request.
 
 A request may come with `finish`, a function of its results that the worker calls right after
-the batch (the service builds its response bytes there: the results are fresh in this thread's
-cache, and the event loop is left with only the HTTP); the future then holds what it returns.
+the batch (the service builds its response bytes there, while the results are in this thread's
+cache); the future then holds what it returns.
 """
 
 from __future__ import annotations

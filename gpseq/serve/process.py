@@ -1,38 +1,30 @@
 """Running the service: one process, or `workers` processes that share the listening socket.
 
 A `gpseq serve` process tags on about one core: its event loop and its batch worker share one
-interpreter lock (benchmarks/RESULTS.md, "Serving"). More cores need more processes, so the
-command starts one worker per usable CPU by default (at most `MAX_DEFAULT_WORKERS`). With more
-than one, uvicorn's supervisor (`uvicorn.supervisors.Multiprocess`, as `uvicorn --workers`) holds
-the address and spawns the workers (restarting one that dies); each loads the models itself
-(read-only, its own copy: memory grows by one model set per worker, each worker logs its resident
-memory when ready), runs its own micro-batcher and listens on its own SO_REUSEPORT socket of the
-address (`ReusePortSocket`), the kernel spreading the connections over the workers. SIGTERM or
-Ctrl-C to the supervisor reaches every worker, which answers its requests in flight before it
-exits (uvicorn's graceful shutdown, then the batch workers finish their queues).
+interpreter lock (benchmarks/RESULTS.md, "Serving"). So the command starts one worker per usable
+CPU by default (at most `MAX_DEFAULT_WORKERS`). With more than one, uvicorn's supervisor
+(`uvicorn.supervisors.Multiprocess`) holds the address and spawns the workers (restarting one that
+dies); each loads its own read-only copy of the models (and logs its resident memory when ready),
+runs its own micro-batcher and listens on its own SO_REUSEPORT socket of the address
+(`ReusePortSocket`), the kernel spreading the connections over the workers. SIGTERM or Ctrl-C to
+the supervisor reaches every worker, which answers its requests in flight before it exits.
 
 A supervisor that dies without that (SIGKILL, a crash) takes its workers with it: each worker asks
-the kernel for SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG) and, on every system, a
-thread of its own watches its parent pid (`exit_with_supervisor`), so that no orphaned worker goes
-on serving the port beside a later command's.
+for SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG) and, on every system, a thread watches
+its parent pid (`exit_with_supervisor`), so no orphaned worker goes on serving the port.
 
-One address, one service: SO_REUSEPORT lets any process of the same user bind a port whose sockets
-have it, so a second `gpseq serve` on a served port would start without error and take half of
-its connections. Before binding anything the command claims the address (`claim_address`): a probe
-socket with SO_REUSEADDR and without SO_REUSEPORT must bind it — the kernel refuses that while
-any socket listens on the port (any server, gpseq or not, on that address or a wildcard one), but
-not for the TIME_WAIT connections of an earlier run; and on Linux the command holds an
-abstract Unix socket named after the address for its whole run (the kernel frees it when the
-process dies, however), which refuses a second command started before the first one's workers
-listen. The probe comes first and is closed before the supervisor binds its own socket, which
-does not listen, so the command's own sockets never stand in its way.
+One address, one service: SO_REUSEPORT would let a second `gpseq serve` on a served port start
+without error and take half of its connections. So before binding anything the command claims the
+address (`claim_address`): a probe socket with SO_REUSEADDR and without SO_REUSEPORT must bind it
+(the kernel refuses that while any socket listens on the port, but not for TIME_WAIT connections),
+and on Linux the command holds an abstract Unix socket named after the address for its whole run,
+which refuses a second command started before the first one's workers listen. The probe is closed
+before the supervisor binds its own (non-listening) socket.
 
-Metrics across workers: prometheus-client's multiprocess mode. The supervisor makes a fresh
-directory for the run (`PROMETHEUS_MULTIPROC_DIR`, removed at exit); every worker's counters and
-histograms live in memory-mapped files there, and GET /metrics, whichever worker answers it,
-reports their sums over all workers of the run (a worker that died and was replaced still
-counts), the queue gauge summed over the live workers. One process serves /metrics from its
-own registry.
+Metrics across workers: prometheus-client's multiprocess mode, in a fresh directory per run
+(`PROMETHEUS_MULTIPROC_DIR`, removed at exit); GET /metrics, whichever worker answers it, reports
+the sums over all workers of the run (a replaced worker still counts), the queue gauge summed over
+the live workers. One process serves /metrics from its own registry.
 """
 
 from __future__ import annotations
@@ -67,10 +59,9 @@ WORKER_APP = "gpseq.serve.process:worker_app"
 STARTUP_FAILURE = 3  # a worker's exit status when it cannot start (uvicorn.config.STARTUP_FAILURE)
 # The garbage collector's generation thresholds while serving (Python's default: 700, 10, 10).
 # Requests in flight keep thousands of young containers alive (rows, features, records), which
-# every collection traverses, and promote them to older generations: in a 15 s trial of
-# benchmarks/serve.py (8 sentences per request) the collector ran ~1,150 times for ~2.4 s at the
-# default, about a quarter of the server's CPU (Tagger.tag over the corpus in one call: ~3 %);
-# with the models frozen out of its sight and these thresholds, 11 times for 0.1 s.
+# every collection traverses, and promote them to older generations: at the default the collector
+# takes a large share of the server's CPU; with the models frozen out of its sight and these
+# thresholds it runs rarely (benchmarks/RESULTS.md, "Serving").
 GC_THRESHOLDS = (50_000, 20, 100)
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent (thread) dies
 PARENT_POLL_SECONDS = 0.5  # how often a worker checks that its supervisor is alive
@@ -108,9 +99,8 @@ def limit_blas_threads() -> None:
     """One BLAS thread in a server process (threadpoolctl, of the serve extra; nothing without it).
 
     The batch worker's matrix products are small ([B, V] × [V, V] per chain step) and OpenBLAS's
-    helper threads spin between them on the core the event loop needs: in 15 s trials of
-    benchmarks/serve.py (8 sentences per request, load average ~6) the server took 3.3 ms of CPU per
-    request with them and 2.3 ms without, for 30–34k and 45–47k tokens/s."""
+    helper threads spin between them on the core the event loop needs (benchmarks/RESULTS.md,
+    "Serving")."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -23,9 +23,8 @@ class ServeSettings:
     max_sentences: int = 1_000  # sentences per request (given, or from raw text)
     max_tokens: int = 25_000  # tokens per request
     max_samples: int = 100  # Monte Carlo draws a request may ask for
-    # Monte Carlo draws × tokens of a request: its memory grows with both (× labels²: ~24 KB per token
-    # and draw for 44 labels, so 100 draws of 5,000 tokens took 12 GB), so one request must not ask for
-    # the largest of each at once
+    # Monte Carlo draws × tokens of a request: its memory grows with both (and with labels²), so one
+    # request must not ask for the largest of each at once
     max_sample_tokens: int = 50_000
     max_nbest: int = 20  # label sequences a request may ask for (nbest)
     max_batch_sentences: int = 256  # sentences of one prediction call

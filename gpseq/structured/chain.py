@@ -1,4 +1,5 @@
-"""Linear-chain CRF algorithms in log space: the structured softmax of seed eq. 1.
+"""Linear-chain CRF algorithms in log space: the structured softmax of the paper's eq. 1
+(design notes `graybox-structured-gp.md`).
 
 For one sequence of length L with unary potentials u_t(j) and pairwise potentials W(i, j),
 
@@ -18,11 +19,11 @@ Results are `[..., B]` with ``...`` the broadcast of the leading dimensions of `
 before use (gradients to them are exactly zero), and no −inf is ever formed.
 
 The forward recursion α_t = u_t + log(exp(α_{t-1}) · exp(W)) runs as a max-shifted matrix
-product (one GEMM per step for the whole batch). The product is exact in floating point unless a
-sum underflows (potential gaps of ≳ 680 nats in float64, ≳ 68 in float32); that is detected
-per step and the step is then recomputed by a broadcast log-sum-exp, so potentials of ±1e3 stay
-exact (`log_semiring.py`). ``method="parallel"`` computes the same forward messages by a
-parallel prefix (`tfp.math.scan_associative`) over log-semiring matrix products, O(log T) depth.
+product (one GEMM per step for the whole batch); a step whose sum underflows (potential gaps of
+≳ 680 nats in float64, ≳ 68 in float32) is recomputed by a broadcast log-sum-exp
+(`log_semiring.py`), so potentials of ±1e3 stay exact. ``method="parallel"`` computes the same
+forward messages by a parallel prefix (`tfp.math.scan_associative`) over log-semiring matrix
+products, O(log T) depth.
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def _messages_both_ways(layout, method):
 
 # ---- public API -------------------------------------------------------------------------------
 def log_partition(unary, pairwise, lengths, *, method: str = "scan"):
-    """log Z of each sequence by the forward algorithm (seed eq. 1 denominator).
+    """log Z of each sequence by the forward algorithm (the paper's eq. 1 denominator).
 
     unary `[..., B, T, V]`, pairwise broadcastable to `[..., B, V, V]`, lengths `[B]` → `[..., B]`.
     method "scan" (sequential) or "parallel" (parallel prefix); both give the same values.
@@ -255,7 +256,7 @@ def _flat(matrices):
 
 
 def sequence_score(labels, unary, pairwise, lengths):
-    """Unnormalised log-score of the labelled paths (seed eq. 1 numerator), `[..., B]`.
+    """Unnormalised log-score of the labelled paths (the paper's eq. 1 numerator), `[..., B]`.
 
     labels `[B, T]`, unary `[..., B, T, V]`, pairwise broadcastable to `[..., B, V, V]`, lengths `[B]`.
     """
@@ -264,7 +265,7 @@ def sequence_score(labels, unary, pairwise, lengths):
 
 
 def log_likelihood(labels, unary, pairwise, lengths, *, method: str = "scan"):
-    """log p(y | f) = score(y) − log Z (seed eq. 1), `[..., B]`.
+    """log p(y | f) = score(y) − log Z (the paper's eq. 1), `[..., B]`.
 
     labels `[B, T]`, unary `[..., B, T, V]`, pairwise broadcastable to `[..., B, V, V]`, lengths `[B]`.
     """
@@ -361,7 +362,7 @@ def viterbi(unary, pairwise, lengths):
 def pseudo_log_likelihood(labels, unary, pairwise, lengths, *, form: str = "pwpl"):
     """Piecewise pseudo-log-likelihood (Sutton & McCallum 2007), the GP-VAR-P likelihood, `[..., B]`.
 
-    The factor graph of seed eq. 1 has one unary factor per token and one pairwise factor per
+    The factor graph of the paper's eq. 1 has one unary factor per token and one pairwise factor per
     adjacent pair; each factor is its own piece, normalised locally using only its own potential:
 
     - unary piece t:        log softmax_j(u_t)(y_t)                        (both forms)

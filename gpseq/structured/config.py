@@ -25,14 +25,14 @@ MAX_RANDOM_FEATURES = 65_536
 class ModelConfig:
     """The structured GP model (saved with the tagger)."""
 
-    kernel: str = "linear"  # see KERNELS; "paper-*" = the seed's pure inducing-point model
+    kernel: str = "linear"  # see KERNELS; "paper-*" = the paper's pure inducing-point model
     likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood | a plug-in:
     # "package.module:function" or a name registered under the entry-point group gpseq_likelihoods
     # (`gpseq.structured.likelihoods`: the user's own code, imported to train; a saved model's plug-in
     # must be registered or allowed by the user who loads it)
     estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
     num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
-    num_components: int = 1  # K, mixture components of q(u) (seed eq. 13)
+    num_components: int = 1  # K, mixture components of q(u) (the paper's eq. 13)
     full_covariance: bool = True  # q(u) covariance: full (Cholesky) or diagonal
     whiten: bool = True
     prior_variance: float = 1.0  # σ² of the weight-space linear part, w ~ N(0, σ² I)
@@ -41,10 +41,11 @@ class ModelConfig:
     rbf_lengthscale: float = 4.0
     linear_variance: float = 1.0  # of the "paper-linear" inducing-point kernel
     pairwise_prior_variance: float = 1.0
-    rbf_conditional: str = "diag"  # p(g_n | u) of the inducing-point GP: "full" = N(A u, K̃_n), seed
-    # Theorem 3's joint T × T conditional (eq. 18); "diag" = N(A u, diag K̃_n), a different model (the
-    # fully independent, FITC-style conditional): each token's residual given u is independent, so a
-    # sentence's unaries are correlated only through q(u) and q(w); per-token marginals are the same
+    rbf_conditional: str = "diag"  # p(g_n | u) of the inducing-point GP: "full" = N(A u, K̃_n), the
+    # paper's Theorem 3 joint T × T conditional (eq. 18); "diag" = N(A u, diag K̃_n), a different
+    # model (the fully independent, FITC-style conditional): each token's residual given u is
+    # independent, so a sentence's unaries are correlated only through q(u) and q(w); per-token
+    # marginals are the same
     initial_weight_variance: float = 1e-4  # initial s of q(w) (small: start near the MAP)
     jitter: float = 1e-6
     unary: str = "shallow"  # "deep": features → Q-dim GP layer → label GPs (gpseq/structured/deep_unaries.py);
@@ -52,8 +53,8 @@ class ModelConfig:
     # inducing points (gpseq/structured/gpnet_unaries.py)
     hidden_dims: int = 8  # Q, hidden width of the deep unaries
     num_random_features: int = 2000  # F (even) of the gpnet unaries
-    gpnet_full_covariance: bool = False  # q(w) of the gpnet unaries: full [V, F, F] or diagonal (measured
-    # better: Adam on the F(F+1)/2 free entries per label fits worse, benchmarks/RESULTS.md)
+    gpnet_full_covariance: bool = False  # q(w) of the gpnet unaries: full [V, F, F] or diagonal (Adam
+    # fits the F(F+1)/2 free entries per label of a full one worse, benchmarks/RESULTS.md)
 
     def validate(self) -> None:
         """ConfigError naming the first field of a wrong type, out of range or not allowed."""

@@ -11,7 +11,7 @@ Built from the GP core (`gpseq.gp`: RBF kernels on sparse and dense inputs, `Var
 v_1, v_2 are drawn once per sample and shared by every token, so the unaries of a sequence are
 correlated through q(u) exactly as in the single-layer model; the conditional part f − A u is drawn per
 token with variance diag K̃ (`rbf_conditional = "diag"`) or per sequence with the T × T block
-(`"full"`, seed eq. 18), at each layer. The KL is KL(q(v_1)) + KL(q(v_2)); the ELBO, estimators and
+(`"full"`, the paper's eq. 18), at each layer. The KL is KL(q(v_1)) + KL(q(v_2)); the ELBO, estimators and
 prediction paths of `StructuredGP` are unchanged (single-component q(u), pathwise estimator: the
 builder, `gpseq.structured.model.build_structured_gp`, refuses other combinations).
 """

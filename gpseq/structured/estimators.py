@@ -1,39 +1,28 @@
-"""The seed's score-function estimator of the expected log-likelihood, with control variates (§5.2).
+"""The paper's score-function estimator of the expected log-likelihood, with control variates
+(design notes `graybox-structured-gp.md` §5.2; equation numbers are the paper's).
 
 It only ever *evaluates* log p(y_n | f_n): no gradient flows through the likelihood, so a
 likelihood given as a plain Python/NumPy function (`BlackBoxLikelihood`) trains the model
 unchanged. Per sequence n and mixture component k the unaries are Gaussian,
-q_k(f_n) = N(b_kn, Σ_kn) with one T_n × T_n block per label (seed Theorem 3, eqs. 15–18;
+q_k(f_n) = N(b_kn, Σ_kn) with one T_n × T_n block per label (the paper's Theorem 3, eqs. 15–18;
 `Unaries.gaussian_blocks`), and f_bin ~ q(f_bin) = N(m, diag s). Their score functions
 
     ∂ log N(f; b, Σ) / ∂b = Σ⁻¹(f − b) = α,     ∂ log N(f; b, Σ) / ∂Σ = ½(α αᵀ − Σ⁻¹)
 
-give ∇ E_{q_k}[log p(y_n | f_n)] = E[log p(y_n | f_n) ∇ log q_k(f_n)] (seed eqs. 9–10) in
+give ∇ E_{q_k}[log p(y_n | f_n)] = E[log p(y_n | f_n) ∇ log q_k(f_n)] (eqs. 9–10) in
 (b_kn, Σ_kn) and (m, s); automatic differentiation of b and Σ chains them to every parameter
-they are built from (label bias, q(w), q(u), kernel hyperparameters), and π gets the gradient of
-Σ_k π_k Ê_k. Each sequence's score is weighted by its own log-likelihood only (f_bin, shared by
-the batch, by the batch's sum).
+they are built from, and π gets the gradient of Σ_k π_k Ê_k. Each sequence's score is weighted
+by its own log-likelihood only (f_bin, shared by the batch, by the batch's sum).
 
-Control variates (seed §5.2): for each dimension d of (b, Σ, m, s), g_d = L h_d with h_d the
-score (E[h_d] = 0), and g̃_d = g_d − â_d h_d with â_d = Cov[g_d, h_d] / Var[h_d] =
-E[L h_d²] / E[h_d²] (E[h_d] = 0 exactly, so the moments are uncentred). â_d is estimated from
+Control variates (§5.2): for each dimension d of (b, Σ, m, s), g_d = L h_d with h_d the score
+(E[h_d] = 0), and g̃_d = g_d − â_d h_d with â_d = Cov[g_d, h_d] / Var[h_d] = E[L h_d²] / E[h_d²].
+â_d is estimated from
 draws other than the one it multiplies, so the estimate stays unbiased: leave-one-out for b, m
 and s; cross-fitted between the two halves of the draws for Σ (`covariance_score_gradient`, which
-never forms the T × T scores per draw). They act from S = 2 on (at S = 2, â is the other draw's
-L; at S = 1 there is none).
+never forms the T × T scores per draw). They act from S = 2 on (at S = 1 there is none).
 
-`DEFAULT_SAMPLES["score"]` = 128 draws per sequence. Measured by `benchmarks/score_estimator.py`
-and `benchmarks/graybox.py` (`benchmarks/RESULTS.md`, shared 2-core machine): on a 16-sentence
-batch of the sample corpus the control variates cut the summed gradient variance 234× at S = 2,
-279× at 4, 384× at 16 (1× at S = 1); 10 epochs on the sample corpus reach chunk F1 0.073 at S = 1
-(no control variate: chance level), 0.838 at 2, 0.850 at 4, 0.910 at 8, 0.922 at 16, 0.930 at 32,
-0.936 at 64, 0.942 at 128, 0.939 at 256 (pathwise 0.941; token NLL 0.172 at 16, 0.140 at 128,
-pathwise 0.143). On all of CoNLL-2000 (M = 64, batch 32) a step costs 1.57× the pathwise one at
-S = 128 (about 1× at 16), and after the same 600 s of training steps
-(`benchmarks/graybox.py` part (a)) the score-function estimator reaches chunk F1 0.927 and token
-NLL 0.179 against the pathwise estimator's 0.935 and 0.206 (at S = 16: 0.913 and 0.216 against
-0.935 and 0.179 in an earlier run); there the control variates cut the summed gradient variance
-34× on a 32-sentence batch (64× at S = 16).
+`DEFAULT_SAMPLES["score"]` = 128 draws per sequence: fewer leave more gradient variance and train
+to a lower F1 (benchmarks/RESULTS.md, "The score-function estimator's sample count").
 """
 
 from __future__ import annotations
@@ -102,8 +91,8 @@ def covariance_score_gradient(values, alpha, precision, use_control_variates: bo
 
 
 def score_function_ell(model, batch, num_samples: int, seed, use_control_variates: bool = True):
-    """Σ_n Σ_k π_k E_{q_k}[log p(y_n|f_n)] of the batch (value: the Monte Carlo estimate of seed
-    eq. 19) whose gradient is the score-function estimate (module docstring)."""
+    """Σ_n Σ_k π_k E_{q_k}[log p(y_n|f_n)] of the batch (value: the Monte Carlo estimate of the
+    paper's eq. 19) whose gradient is the score-function estimate (module docstring)."""
     seeds = tfp.random.split_seed(seed, 2)
     mean, cov = model.unaries.gaussian_blocks(batch)  # [K, B, T, V], [K, B, V, T, T]
     jitter = model.unaries.sparse.jitter if model.unaries.sparse is not None else 1e-6

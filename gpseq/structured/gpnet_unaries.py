@@ -1,39 +1,28 @@
 """GPNet unaries for the tagger (`ModelConfig.unary = "gpnet"`): the RBF part of the unaries as a
-random-feature inference network (seed `inference-networks-gp.md`, "Examples of inference
+random-feature inference network (design notes `inference-networks-gp.md`, "Examples of inference
 networks") instead of the sparse inducing-point GP:
 
     g_j(x) = φ(x)ᵀ w_j,   w_j ~ q(w_j) = N(m_j, L_j L_jᵀ),   p(w_j) = N(0, I),   j = 1…V,
 
 φ the random Fourier features of the RBF kernel σ² exp(−‖x − x'‖² / (2ℓ²)) over the token's sparse
-feature vector x (`gpseq.gp.random_features.fourier_features`; the F features are shared by the
-labels, each label has its own Gaussian weight posterior, full or diagonal covariance). Under the
-prior, g_j ~ GP(0, φ(x)ᵀφ(x')), the random-feature approximation of the RBF GP; the KL of q(w) to
-N(0, I) in weight space is exactly the KL of the posterior process to that GP prior (the map
-w ↦ g is the same for both), so no inducing points or measurement points are needed.
+feature vector x (`gpseq.gp.random_features.fourier_features`), shared by the labels; each label
+has its own Gaussian weight posterior. The KL of q(w) to N(0, I) is exactly the KL of the posterior
+process to the random-feature GP prior, so no inducing or measurement points are needed.
 
-**Frequencies of a sparse input.** φ needs Ωᵀx for the D × F/2 Gaussian matrix Ω. Stored, Ω is
-D·F/2 floats (557 MB in float32 for the 139,300 features of 2000 CoNLL-2000 sentences at the
-default F = 2000), and it would be saved with every tagger. Here Ω is never stored: its entries are a fixed function
-of (seed, feature id, column) — a counter-based integer hash (`hashed_normal`: lowbias32 mixing,
-Box–Muller) — and a batch regenerates the rows of the U features it touches, then sums them
-weighted by the feature values (a gather-and-sum, `gather_sum`), O(U · F) per batch.
+**Frequencies.** Ω (D × F/2) is never stored: its entries are a fixed function of (seed, feature
+id, column) (`hashed_normal`); a batch regenerates the rows of the U features it touches and sums
+them weighted by the feature values (`gather_sum`), O(U · F) per batch.
 
 **Weight posterior.** Diagonal by default (`ModelConfig.gpnet_full_covariance = False`), started
-near the MAP like the weight-space linear part (scale √`initial_weight_variance`): on the
-CoNLL-2000 subset of `benchmarks/deep_gp.py --tagger` (kernel paper-rbf, F = 200) a full Cholesky
-factor trained by Adam reached chunk F1 0.36 where the diagonal one reached 0.70 — Adam moves each
-of the F(F+1)/2 entries per label by about the learning rate whatever its noisy gradient, which
-inflates the off-diagonal variance (benchmarks/RESULTS.md, "GPNet unaries").
+near the MAP like the weight-space linear part: Adam moves each of a full factor's F(F+1)/2 entries
+per label by about the learning rate whatever its noisy gradient, which inflates the off-diagonal
+variance (benchmarks/RESULTS.md, "GPNet unaries").
 
-**Training: the plain reparameterised ELBO, not functional mirror descent.** GPNet's mirror-descent
-step (seed Algorithm 1) works in function space at sampled measurement points because the KL
-between a general network's process and the GP prior has no closed form. This network is a
-Gaussian over F weights with prior N(0, I): the ELBO's KL is closed form (`VariationalGaussian.kl`,
-whitened), and the structured chain likelihood has no conjugate target step; the seed's surrogate
-L_t with β_t = 1 is the ELBO itself (the proximity term has zero gradient at the current network).
-So q(w), σ² and ℓ are trained with the rest of the tagger (weight-space linear part, pairwise
-potentials) by the SVI trainer's Monte Carlo ELBO (`StructuredGP.elbo`), pathwise through joint
-draws w ~ q(w) shared by the batch, or by score functions with `gaussian_blocks`.
+**Training: the reparameterised ELBO, not GPNet's functional mirror descent** (Algorithm 1 needs
+measurement points because a general network's KL to the GP prior has no closed form; here it is
+`VariationalGaussian.kl`, and with β_t = 1 its surrogate L_t is the ELBO itself). q(w), σ² and ℓ
+train with the rest of the tagger (`StructuredGP.elbo`), pathwise through joint draws w ~ q(w)
+shared by the batch, or by score functions (`gaussian_blocks`).
 """
 
 from __future__ import annotations

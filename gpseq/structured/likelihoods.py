@@ -1,4 +1,5 @@
-"""Structured likelihoods log p(y | f) of labelled sequences given their potentials (seed eq. 1).
+"""Structured likelihoods log p(y | f) of labelled sequences given their potentials (the paper's eq. 1,
+design notes `graybox-structured-gp.md`).
 
 A likelihood is an object with `name`, `differentiable` (whether gradients may flow through it;
 only the score-function estimator trains a likelihood that is not) and
@@ -6,7 +7,7 @@ only the score-function estimator trains a likelihood that is not) and
     log_prob(labels [B, T], unary [..., B, T, V], pairwise [..., V, V], lengths [B]) → [..., B]
 
 The inference engine (`gpseq.structured.model.StructuredGP`) only ever calls `log_prob`: a new
-likelihood plugs in without touching it (seed §1, §5). `likelihood_by_name` maps the name saved in
+likelihood plugs in without touching it (the paper's §1, §5). `likelihood_by_name` maps the name saved in
 `ModelConfig.likelihood` to an object: a built-in of `LIKELIHOODS`, a user's plain Python/NumPy
 function named `package.module:function`, or a name registered under the entry-point group
 `gpseq_likelihoods` (whose value is such a function); a function becomes a `BlackBoxLikelihood`.
@@ -34,7 +35,8 @@ _FUNCTION_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za
 
 
 class ExactChain:
-    """The linear-chain structured softmax: score of the path − log Z by the forward algorithm (seed eq. 1)."""
+    """The linear-chain structured softmax: score of the path − log Z by the forward algorithm (the
+    paper's eq. 1)."""
 
     name = "exact"
     differentiable = True
@@ -61,8 +63,8 @@ class PiecewisePseudoLikelihood:
 class BlackBoxLikelihood:
     """A log-likelihood given as a plain Python/NumPy `function(labels, unary, pairwise, lengths) →
     [..., B]` on NumPy arrays (the shapes of `log_prob`; its result is cast to the potentials'
-    dtype): evaluated only, never differentiated (train it with the score-function estimator, seed
-    §5.2)."""
+    dtype): evaluated only, never differentiated (train it with the score-function estimator, the
+    paper's §5.2)."""
 
     differentiable = False
 

@@ -1,11 +1,11 @@
-"""The sparse structured GP model of the tagger (seed `graybox-structured-gp.md` §3–5), composed of
-unary potentials, pairwise potentials and a structured likelihood (`gpseq.structured.unaries`,
-`gpseq.structured.likelihoods`). ELBO (seed eq. 14):
+"""The sparse structured GP model of the tagger (the paper, design notes `graybox-structured-gp.md`
+§3–5), composed of unary potentials, pairwise potentials and a structured likelihood
+(`gpseq.structured.unaries`, `gpseq.structured.likelihoods`). ELBO (its eq. 14):
 
     L = N_seq / B · Σ_{n ∈ batch} Σ_k π_k E_{q_k}[log p(y_n | f_n)] − KL(q(w)) − KL(q(u)) − KL(q(f_bin))
 
 with the expectation by Monte Carlo over joint draws of each sequence's potentials, differentiated
-pathwise (reparameterised) or by score functions with control variates (seed §5.2,
+pathwise (reparameterised) or by score functions with control variates (§5.2,
 `gpseq.structured.estimators`). `build_structured_gp` maps a `ModelConfig` (the strings saved with
 a tagger) to the parts; prediction lives in `gpseq.structured.predict`.
 """
@@ -32,7 +32,7 @@ _SAVED_NAMES = (("unaries/sparse/q/", "inducing/"), ("unaries/sparse/kernel/", "
 
 
 class StructuredGP(tf.Module):
-    """Unary GPs + Gaussian pairwise potentials + a structured likelihood (seed eqs. 2, 12, 14).
+    """Unary GPs + Gaussian pairwise potentials + a structured likelihood (the paper's eqs. 2, 12, 14).
 
     `unaries`: `Unaries`; `pairwise`: `GaussianPairwise`; `likelihood`: an object with
     `log_prob(labels, unary, pairwise, lengths)` (`gpseq.structured.likelihoods`). `num_data` N_seq
@@ -80,7 +80,7 @@ class StructuredGP(tf.Module):
         return unary, self.pairwise.sample(num_samples, seeds[1])[:, None]
 
     def expected_log_likelihood(self, batch, num_samples: int, seed):
-        """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] over the batch, by Monte Carlo (seed eqs. 8, 19)."""
+        """Σ_n Σ_k π_k E_{q_k}[log p(y_n | f_n)] over the batch, by Monte Carlo (the paper's eqs. 8, 19)."""
         if self.estimator == "score":
             return score_function_ell(self, batch, num_samples, seed)
         unary, pairwise = self.sample_potentials(batch, num_samples, seed)
@@ -89,7 +89,7 @@ class StructuredGP(tf.Module):
         return tf.reduce_sum(self.mixture_weights() * per_component)
 
     def elbo(self, batch, num_sequences, num_samples: int, seed):
-        """Minibatch ELBO (seed eq. 14) with the likelihood rescaled by N_seq / B."""
+        """Minibatch ELBO (the paper's eq. 14) with the likelihood rescaled by N_seq / B."""
         batch_size = tf.cast(tf.shape(batch["lengths"])[0], self.dtype)
         scale = tf.cast(num_sequences, self.dtype) / batch_size
         return scale * self.expected_log_likelihood(batch, num_samples, seed) - self.prior_kl()

@@ -4,7 +4,7 @@ prediction and the span probabilities run, in time-major order.
 The default training (MAP + Laplace, `gpseq.training.laplace`) evaluates the chain at point
 potentials hundreds of times over the same corpus, and tagging with the default model runs it on
 every batch; neither needs sampling or autodiff, so both run without TensorFlow (no import, no
-tracing: a small corpus trains in seconds). The TensorFlow chain (`chain.py`) serves SVI.
+tracing). The TensorFlow chain (`chain.py`) serves SVI.
 
 `TimeMajor` lays the tokens of a corpus out step by step: the sentences sorted by decreasing
 length, then all first tokens, all second tokens, … At step t the sentences still running are a
@@ -21,9 +21,8 @@ allowed) reaches the layout through `padded_layout`.
 
 `constrained_forward_backward` is the same chain restricted to the label paths an allowed-label
 mask `[N, V]` admits (one label at an annotated token, all of them at an unannotated one): the
-partial-annotation likelihood log p(observed labels | x) = log Z_constrained − log Z.
-
-The loops over steps call `check_cancelled` (`gpseq.cancellation`) every CHECK_STEPS steps.
+partial-annotation likelihood log p(observed labels | x) = log Z_constrained − log Z. The loops
+over steps call `check_cancelled` (`gpseq.cancellation`) every CHECK_STEPS steps.
 """
 
 from __future__ import annotations

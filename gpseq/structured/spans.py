@@ -8,24 +8,21 @@ is the weighted average over the R chains of that chain's exact probability:
 
     P(event | X) = Σ_r w_r p_r(event),   p_r by (constrained) forward–backward on chain r.
 
-**Span probability.** P(the span [i, j) is a chunk of type τ, exactly) = the probability that
-`gpseq.corpora.schemes.spans` of the label path contains (τ, i, j): a chunk of type τ starts at i
-(conlleval boundaries of the tag scheme: `B-τ`, or `I-τ` after `O` or another type, `S-τ` …),
-does not end at i+1 … j−1, and ends at j (the next label does not continue it, or j = L). With
-forward messages α_t (including u_t), backward messages β_t and the pairwise exp W masked by
-which label pairs start (S), continue (C) and end (E) a chunk,
+**Span probability.** P(the span [i, j) is a chunk of type τ, exactly): a chunk of type τ
+(`gpseq.corpora.schemes.spans`, conlleval boundaries of the tag scheme) starts at i, does not end
+at i+1 … j−1, and ends at j. With forward messages α_t (including u_t), backward messages β_t and
+the pairwise exp W masked by which label pairs start (S), continue (C) and end (E) a chunk,
 
     p_r = [α_{i−1}ᵀ (W∘S_τ) D_i] [Π_{k=i+1}^{j−1} (W∘C) D_k] [(W∘E) D_j β_j] / Z,   D_k = diag e^{u_k},
 
-the start factor being e^{u_i} masked to type τ when i = 0 and the end factor 1 when j = L: one
-short constrained forward pass per span (O((j − i)·V²)), all spans of a batch at once.
+(at i = 0 the start factor is e^{u_i} masked to type τ, at j = L the end factor is 1): one short
+constrained forward pass per span (O((j − i)·V²)), all spans of a batch at once.
 
-**Paths.** `path_log_probs(paths)` = log Σ_r w_r p_r(path): exact for R = 1; for R > 1 the
-log of an unbiased Monte Carlo estimate, low by ≈ Var/(2·S·p²) nats (Jensen), which
-`bias_corrected=True` removes to first order (the delta method). `nbest(k)` is the k-best
-(list) Viterbi on the weighted mean of the R chains' potentials — for R = 1, the predictive chain
-itself, so its k paths are exactly the k most probable under it — with each path's probability
-from `path_log_probs`.
+**Paths.** `path_log_probs(paths)` = log Σ_r w_r p_r(path): exact for R = 1; for R > 1 the log of
+an unbiased Monte Carlo estimate, low by ≈ Var/(2·S·p²) nats (Jensen), which `bias_corrected=True`
+removes to first order (the delta method). `nbest(k)` is the k-best Viterbi on the weighted mean of
+the R chains' potentials (for R = 1 exactly the k most probable paths), with each path's
+probability from `path_log_probs`.
 
 Shapes: unary `[R, B, T, V]`, pairwise `[R, V, V]`, lengths `[B]` (padding past a length is
 ignored), weights `[R]` summing to 1.

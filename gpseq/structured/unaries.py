@@ -1,15 +1,15 @@
 """The potentials of the structured GP: unary GPs over sparse token features and Gaussian pairwise
-potentials (seed `graybox-structured-gp.md` §3–4).
+potentials (the paper, design notes `graybox-structured-gp.md` §3–4; equation numbers are its own).
 
 Unary potentials, one latent function per label j:
     f_j(x) = b_j + w_jᵀx + g_j(x)  (+ a deep GP, `gpseq.structured.deep_unaries`; g_j as random features,
     `gpseq.structured.gpnet_unaries`)
 with the linear part in weight space (`gpseq.gp.WeightSpaceLinear`: the linear-kernel GP without an
 inducing approximation; DESIGN "The expressiveness trap") and g_j a sparse GP (`SparseGPUnaries`)
-with K-means inducing inputs Z and q(u) a mixture of K Gaussians (seed eq. 13). Each sequence's
-unaries are Gaussian with T_n-dimensional blocks per label (seed Theorem 3, eqs. 15–18): mean
+with K-means inducing inputs Z and q(u) a mixture of K Gaussians (eq. 13). Each sequence's
+unaries are Gaussian with T_n-dimensional blocks per label (Theorem 3, eqs. 15–18): mean
 X_n μ_j + A_n m_kj, covariance X_n diag(s_j) X_nᵀ + K̃_n + A_n S_kj A_nᵀ, where K̃_n is the joint
-T_n × T_n conditional covariance of seed eq. 18 with `conditional="full"` and only its diagonal
+T_n × T_n conditional covariance of eq. 18 with `conditional="full"` and only its diagonal
 with `"diag"` (the default: the FITC-style conditional p(g_n | u) = Π_t N(g_t; a_tᵀu, K̃_tt), a
 different model from Theorem 3's; see `SparseGPUnaries`).
 
@@ -62,12 +62,12 @@ class SparseGPUnaries(tf.Module):
     q(u) = Σ_k π_k Π_j N(u_j; m_kj, S_kj) (`VariationalGaussian`, whitened by default).
 
     `conditional`: the prior conditional p(g_n | u) of a sequence. "full": N(A u, K̃_n) with the joint
-    T × T block K̃_n = K_nn − A K_zn of seed eq. 18 (Theorem 3's model). "diag": N(A u, diag K̃_n),
+    T × T block K̃_n = K_nn − A K_zn of the paper's eq. 18 (Theorem 3's model). "diag": N(A u, diag K̃_n),
     each token's residual independent given u (the fully independent / FITC conditional of
     Quiñonero-Candela & Rasmussen 2005): the same per-token marginals, but within a sentence the
     unaries are correlated only through q(u) (A S Aᵀ) and the weight-space part; the ELBO is that
     model's evidence lower bound, not a bound on Theorem 3's model's evidence. "full" costs one
-    T × T Cholesky per sequence more (measured ~10–20 % per SVI step on CoNLL-2000, batch 32).
+    T × T Cholesky per sequence more.
     """
 
     def __init__(self, kernel, inducing_inputs, num_labels: int, *, full_cov: bool = True, whiten: bool = True,
@@ -85,7 +85,7 @@ class SparseGPUnaries(tf.Module):
 
     def projection(self, batch):
         """At the batch's tokens: A_w = K_xz L⁻ᵀ `[B, T, M]` (for K̃), the projection of q(u) `[B, T, M]`
-        (A_w whitened, A = K_xz K_zz⁻¹ otherwise; seed eq. 17) and diag K_xx `[B, T]`."""
+        (A_w whitened, A = K_xz K_zz⁻¹ otherwise; the paper's eq. 17) and diag K_xx `[B, T]`."""
         rows = global_rows(batch)
         kxz = self.kernel.K(rows, tf.transpose(self.inducing_inputs_t))
         a_w, proj = projections(kxz, self.kzz_cholesky(), self.whiten)
@@ -112,7 +112,7 @@ class SparseGPUnaries(tf.Module):
         return mean, variance
 
     def sample(self, batch, num_samples: int, seed):
-        """Joint samples of g per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 18): u ~ q_k(u)
+        """Joint samples of g per sequence `[K, S, B, T, V]` (the paper's eqs. 15–16, 18): u ~ q_k(u)
         (v when whitened) shared by the batch, g = A u + a draw of the conditional N(0, K̃_n)."""
         seeds = tfp.random.split_seed(seed, 2)
         a_w, proj, kxx = self.projection(batch)
@@ -128,7 +128,7 @@ class SparseGPUnaries(tf.Module):
 
     def gaussian_blocks(self, batch):
         """q_k(g_n) per component and sequence: mean A m_k `[K, B, T, V]` and covariance
-        K̃_n + A S_kj Aᵀ `[K, B, V, T, T]` (seed eqs. 15–16, 18; K̃_n its diagonal when
+        K̃_n + A S_kj Aᵀ `[K, B, V, T, T]` (the paper's eqs. 15–16, 18; K̃_n its diagonal when
         `conditional = "diag"`, plus the sampler's jitter on the diagonal)."""
         a_w, proj, kxx = self.projection(batch)
         T = tf.shape(a_w)[1]
@@ -228,7 +228,7 @@ class Unaries(tf.Module):
         return mean, variance
 
     def sample(self, batch, num_samples: int, seed):
-        """Joint samples of the unaries per sequence `[K, S, B, T, V]` (seed eqs. 15–16, 19).
+        """Joint samples of the unaries per sequence `[K, S, B, T, V]` (the paper's eqs. 15–16, 19).
 
         Linear part: the U weights the batch touches drawn from q(w) (an exact joint sample over
         the batch at O(U · V) per draw). Sparse part: u ~ q_k(u) per mixture component (`sample`).
@@ -260,11 +260,11 @@ class Unaries(tf.Module):
 
     def gaussian_blocks(self, batch):
         """Each sequence's unaries as Gaussians q_k(f_n) = N(b_kn, Σ_kn), one per mixture component:
-        b `[K, B, T, V]` and per-label T × T covariances Σ `[K, B, V, T, T]` (seed Theorem 3,
-        eqs. 15–16, 18), the exact marginals of `sample`'s joint draws. Linear part: mean X_n μ_j,
-        covariance X_n diag(s_j) X_nᵀ (tokens sharing a feature are correlated); padded tokens get
-        mean 0 and an identity block. GPNet part: mean Φ_n m_j, covariance Φ_n V_j Φ_nᵀ. Deep unaries
-        have no Gaussian marginal (ConfigError)."""
+        b `[K, B, T, V]` and per-label T × T covariances Σ `[K, B, V, T, T]` (the paper's
+        Theorem 3, eqs. 15–16, 18), the exact marginals of `sample`'s joint draws. Linear part: mean
+        X_n μ_j, covariance X_n diag(s_j) X_nᵀ (tokens sharing a feature are correlated); padded
+        tokens get mean 0 and an identity block. GPNet part: mean Φ_n m_j, covariance Φ_n V_j Φ_nᵀ.
+        Deep unaries have no Gaussian marginal (ConfigError)."""
         if self.deep is not None:
             raise ConfigError("deep unaries have no Gaussian marginal q(f_n): they need the pathwise estimator")
         B, T = tf.shape(batch["values"])[0], tf.shape(batch["values"])[1]
@@ -289,7 +289,8 @@ class Unaries(tf.Module):
 
 
 class GaussianPairwise(tf.Module):
-    """q(f_bin) = N(m, diag s) over the V × V transition potentials, prior N(0, σ²_bin I) (seed eq. 12)."""
+    """q(f_bin) = N(m, diag s) over the V × V transition potentials, prior N(0, σ²_bin I) (the paper's
+    eq. 12)."""
 
     def __init__(self, num_labels: int, *, prior_variance: float = 1.0, initial_variance: float = 1e-4,
                  dtype=tf.float32):

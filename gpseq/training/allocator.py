@@ -5,9 +5,8 @@ frees the same arrays: token-by-label ones of a chunk ([65,536, V]: 11 MB at V =
 weights' gradient ([D, V]). glibc serves an allocation above its mmap threshold (at most 32 MiB,
 adjusted upwards as large blocks are freed) with a fresh mapping, and returns freed memory at the
 top of the heap once it exceeds its trim threshold; the next evaluation then page-faults the same
-memory in again, zero-filled by the kernel. On CoNLL-2000 POS tagging (V = 44) that was a third of
-an evaluation's time (311 ms → 218 ms per evaluation with the thresholds below, same values; no
-change at V = 22, whose arrays stay under the thresholds).
+memory in again, zero-filled by the kernel: a large share of an evaluation's time once the arrays
+exceed the thresholds (at V = 44 on CoNLL-2000, not at V = 22).
 
 `arrays_reused()` raises both thresholds for the duration of a training, then hands the freed
 memory back (`malloc_trim`) and leaves the mmap threshold at 32 MiB with a trim threshold of

@@ -18,9 +18,9 @@ from gpseq.structured.numpy_chain import TimeMajor
 
 PROBIT = np.pi / 8.0
 ALPHA_GRID = np.log([1e-5, 1e-3, 1e-1])  # starting points of the variance scale's search
-LOG_TEMPERATURE_SCALE = 0.5  # prior std of log T: temperatures fitted on large dev splits were 1.0–1.4
-# nats per token a larger α must gain over the first search to be taken: less is float noise (on
-# held-out parts without a labelled token, objectives of 6e-33 and 4e-34 chose α = 1e-3)
+LOG_TEMPERATURE_SCALE = 0.5  # prior std of log T: temperatures fitted on large dev splits stay near 1
+# nats per token a larger α must gain over the first search to be taken: less is float noise (e.g. the
+# near-zero objectives of held-out parts without a labelled token)
 ALPHA_MARGIN = 1e-9
 
 
@@ -35,11 +35,9 @@ def brent_minimize(f, low: float, high: float, xatol: float) -> tuple[float, flo
     """(f(x), x) at the minimum of a unimodal `f` on [low, high], to within about `xatol` in x, by
     Brent's method (Brent 1973, ch. 5): a parabola through the three best points where it steps
     inside the bracket and shrinks it fast enough, a golden-section step otherwise. On the smooth
-    dev NLL of log T it takes 6–10 evaluations where golden section alone takes ≈ 18 at
-    `xatol` 0.002 (each evaluation is a forward–backward over the held-out tokens). SciPy's
-    `minimize_scalar(method="bounded")` is the same method, but importing `scipy.optimize` costs
-    ≈ 0.2 s, a sixth of a small corpus's whole `gpseq train` (it is imported below only where α
-    pays)."""
+    dev NLL of log T it takes fewer evaluations (each a forward–backward over the held-out tokens)
+    than golden section alone. SciPy's `minimize_scalar(method="bounded")` is the same method, but
+    importing `scipy.optimize` is slow (it is imported below only where α pays)."""
     ratio = 0.5 * (3.0 - np.sqrt(5.0))  # the golden section's smaller share, 0.382
     a, b = float(low), float(high)
     x = w = v = a + ratio * (b - a)
@@ -105,12 +103,11 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     out-of-fold predictions of cross-fitting): the NLL is per token of all parts together.
 
     The search, in forward–backward passes over the parts (each costs one): T at α = `start[0]`
-    (Brent's bounded scalar search on log T, 6–10 passes); then, with `variance_scale`, the larger α of
-    `ALPHA_GRID`, each with a coarse T search (≈ 7 passes each); only when one of them is better
+    (Brent's bounded scalar search on log T); then, with `variance_scale`, the larger α of
+    `ALPHA_GRID`, each with a coarse T search; only when one of them is better
     (by more than `ALPHA_MARGIN`) is (α, T) refined jointly by L-BFGS-B from it. The NLL is flat
     in α where α v ≪ 1, so a fitted α at the low end of the grid means the posterior variance does
-    not help on these tokens (what every corpus measured so far shows): the first search is then
-    the answer.
+    not help on these tokens (the usual case): the first search is then the answer.
     `variance_scale=False`: T alone (α stays `start[0]`), e.g. to rank candidate fits cheaply.
     `sentences`: also each held-out sentence's NLL at the fitted (α, T) (`dev_sentence_nll [B]`,
     the parts' sentences in order) and the token count (`dev_tokens`), to compare fits sentence by
@@ -159,7 +156,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
         window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # α > 0 shrinks: T ≤ the first
         probes = [best_temperature(a, window, 0.03) for a in ALPHA_GRID if a > log_alpha + 1.0]
         if probes and min(probes, key=lambda p: p[0])[0] < value - ALPHA_MARGIN:
-            from scipy.optimize import minimize  # (0.35 s to import: only where α pays)
+            from scipy.optimize import minimize  # (slow to import: only where α pays)
 
             x0 = min(probes, key=lambda p: p[0])[1]
             result = minimize(objective, x0, method="L-BFGS-B", bounds=bounds, options={"maxiter": 50, "eps": 1e-6})

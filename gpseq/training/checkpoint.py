@@ -21,8 +21,8 @@ import tensorflow as tf
 from gpseq.errors import ConfigError
 
 ADVICE = "use another --checkpoint-dir, delete it, or train without --resume"
-# 2: written since the single Trainer and the composed StructuredGP (variables named by their part,
-# e.g. unaries/label_bias); checkpoints of format 1 name them as the old model did (label_bias)
+# 2: variables named by their part of the composed StructuredGP (e.g. unaries/label_bias); a
+# checkpoint of format 1 names them without it (label_bias)
 CHECKPOINT_FORMAT = 2
 
 
@@ -93,7 +93,7 @@ class Checkpoints:
         written_as = state.pop("checkpoint_format", None)
         if isinstance(saved, dict):
             current = variable_shapes(self.model)
-            if written_as is None and set(saved) != set(current):  # the old model's variable names
+            if written_as is None and set(saved) != set(current):  # format 1's variable names
                 raise ConfigError(
                     f"{self.directory}: the checkpoint was written by an older gpseq (checkpoint format 1, "
                     "before its single Trainer and composed model) and cannot be resumed by this one; train "

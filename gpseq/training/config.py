@@ -22,9 +22,7 @@ class TrainingConfig:
     prior_variance_grid: list = field(default_factory=lambda: [16.0, 2.0])  # laplace: σ² of the
     # weights: the L1 path runs at the first; the others are tried in order at the chosen λ, each
     # kept only when its calibrated dev NLL is better by one standard error (`prior_path.choose_prior`).
-    # On a held-out tenth of CoNLL-2000 train, chunking: σ² = 16 / 2 / 1 token NLL 0.1266 / 0.1247 /
-    # 0.1247, chunk F1 94.36 / 94.33 / 94.22; POS tagging: σ² = 16 / 2 NLL 0.0620 / 0.0630 (the dev
-    # split chooses 16). Empty = model.prior_variance
+    # Empty = model.prior_variance
     l1_grid: list = field(default_factory=lambda: [1.0, 0.1, 0.01, 0.0])  # laplace: strengths of the Laplace
     # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
     # sparsest fit; a strength replaces the one chosen so far only when its held-out NLL is lower by
@@ -33,19 +31,13 @@ class TrainingConfig:
     # without a dev split
     pairwise_variance_grid: list = field(default_factory=lambda: [1.0, 16.0])  # laplace: the pairwise
     # potentials' prior variances σ²_P, tried in order at the chosen (σ², l1), each kept when its
-    # held-out NLL is lower at all (no standard-error margin: V² weights, not a denser model). Measured by 5-fold CV within the CRF++ training files (never test): σ²_P = 16 instead of 1
-    # lifts JapaneseNE span F1 59.6 → 62.7 (NER's transitions are near-hard constraints) and costs
-    # basenp and chunking 1.3–1.8 points; the held-out NLL ranks them the same way. Empty =
-    # model.pairwise_prior_variance
+    # held-out NLL is lower at all (no standard-error margin: V² weights, not a denser model): a large
+    # σ²_P suits near-hard transitions (NER's) and hurts chunking. Empty = model.pairwise_prior_variance
     cross_fit_folds: int = 3  # laplace, small corpora: choose (σ², l1) and calibrate on out-of-fold
     cross_fit_tokens: int = 40000  # predictions of this many folds of train + dev when they hold at most
     # this many tokens (a dev split of a few sentences is too noisy to choose or calibrate on); 0 = never.
-    # Measured within CoNLL-2000 train (2,000 held-out train sentences scored; never the test file):
-    # `benchmarks/cross_fit_threshold.py`, random training sets, cross-fitting vs a 10 % dev split:
-    # 1,000 sentences (24k tokens) chunk F1 +0.0026, token NLL −0.0013; 1,300 (31k) +0.0026, −0.0045;
-    # 2,000 (47k) −0.0008, −0.0002 (means of 2 seeds), at 1.3–1.7× the training time. On the 12 sets
-    # of 21–31k tokens the active-learning simulation labelled (longer sentences) +0.0018 F1 and
-    # −0.0023 NLL on average: a dev split of 60–130 sentences often chose λ = 1. Hence 40k tokens
+    # Beyond about 40k tokens a dev split does as well, for less training time (benchmarks/RESULTS.md,
+    # "Where cross-fitting stops paying")
     evidence_rounds: int = 0  # prior-variance updates, each followed by a warm-started refit (laplace)
     calibrate: bool = True  # fit the predictive's variance scale and temperature on the dev split
     refit_with_dev: bool = True  # laplace: after calibrating, refit the weights on train + dev (warm start)

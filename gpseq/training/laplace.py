@@ -14,7 +14,7 @@ group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I)
 2. **diagonal Laplace**: q(θ_i) = N(θ̂_i, 1 / (1/σ²_g + F_ii)) with F the Fisher (= Gauss–Newton)
    diagonal of the chain likelihood, free from its marginals: F[f, v] = Σ_t x_tf² p_t(v)(1 − p_t(v))
    (exact when a feature fires at most once in a sequence); for P the bound Σ_t ξ_t(i, j);
-3. optionally (`evidence_rounds`, off by default: measured to over-shrink the priors) MacKay's
+3. optionally (`evidence_rounds`, off by default: it over-shrinks the priors) MacKay's
    evidence fixed point per group, γ_g = Σ_{i∈g} (1 − s_i / σ²_g), σ²_g ← Σ_{i∈g} θ̂_i² / γ_g,
    then back to 1, warm-started.
 

@@ -1,10 +1,10 @@
 """Unconstrained L-BFGS in NumPy for the MAP fit (Nocedal & Wright 2006, Alg. 7.4–7.5).
 
-SciPy's L-BFGS-B spends ≈ 140 ms per call in its bounded-problem machinery at n = 500 k free
-weights (measured with SciPy 1.17 here: more than the whole corpus objective on CoNLL-2000); the
-MAP fit has no bounds, so the two-loop recursion over m pairs (4 m n flops, a few ms) is all it
-needs. Line search: backtracking on the Armijo condition with quadratic interpolation, first
-trial step 1 (1/‖g‖ on the first iteration); a pair with sᵀy ≤ ε‖s‖‖y‖ is not stored.
+SciPy's L-BFGS-B spends more per call in its bounded-problem machinery than a corpus objective
+costs at hundreds of thousands of free weights; the MAP fit has no bounds, so the two-loop
+recursion over m pairs (4 m n flops) is all it needs. Line search: backtracking on the Armijo
+condition with quadratic interpolation, first trial step 1 (1/‖g‖ on the first iteration); a pair
+with sᵀy ≤ ε‖s‖‖y‖ is not stored.
 Stopping as SciPy's: relative decrease of f below `ftol`, or max |g| below `gtol`.
 
 With `l1` (a weight per coordinate, or one for all) it is OWL-QN (Andrew & Gao 2007), for
@@ -35,9 +35,9 @@ class LbfgsResult:
 
 def _direction(grad, pairs) -> np.ndarray:
     """−H g by the two-loop recursion over the stored (s, y, 1/sᵀy) pairs (oldest first), with
-    in-place ufuncs into one scratch vector: no n-sized temporaries (at n ≈ 10⁶ allocating them
-    costs more than the flops) and no multi-threaded BLAS level-1 calls (slower than one core here
-    when the other core is busy)."""
+    in-place ufuncs into one scratch vector: no n-sized temporaries (at large n allocating them
+    costs more than the flops) and no multi-threaded BLAS level-1 calls (slower than one core when
+    the other cores are busy)."""
     q = grad.copy()
     scratch = np.empty_like(q)
 

@@ -121,8 +121,8 @@ class Trainer:
         """The signature-free compiled step on `batch` → (loss, applied). A tuple or list of eager tensors
         (the usual batch of `step` and of `fit` on a dataset) goes straight to the concrete function
         traced for its dtypes and shapes, with its flat tensors: `tf.function`'s own dispatch (binding
-        the arguments, looking up their trace types, casting them to the traced signature) cost
-        0.14–0.23 ms of a 1.7 ms SVGP step (M = 100, benchmarks/svgp.py). Other batches (dicts,
+        the arguments, looking up their trace types, casting them to the traced signature) is a
+        sizeable share of a small SVGP step. Other batches (dicts,
         distributed values) go through the `tf.function`."""
         function = self._compiled_step()
         if type(batch) not in (tuple, list) or not all(isinstance(t, tf.Tensor) for t in batch) \
@@ -143,7 +143,7 @@ class Trainer:
 
     def _next_seed(self):
         """(seed int32 `[2]`,) = ((config.seed, step),) and step_var += 1, inside the compiled step: a
-        new seed tensor fed from Python every step cost ~0.1 ms of a ~2 ms SVGP step."""
+        new seed tensor fed from Python every step costs a sizeable share of a small SVGP step."""
         step = self.step_var.assign_add(1) - 1
         return (tf.stack([tf.constant(self.config.seed, tf.int32), tf.cast(step, tf.int32)]),)
 
@@ -262,7 +262,7 @@ class Trainer:
             return False
         state, self._best_values = found
         saved = state.pop("optimisation", None)
-        if isinstance(saved, dict):  # checkpoints written before it was recorded have none to compare
+        if isinstance(saved, dict):  # a checkpoint saved without it has none to compare
             current = self._optimisation()
             changed = [f"training.{name} {saved.get(name)!r} in the checkpoint, {current[name]!r} now"
                        for name in current if name in saved and saved[name] != current[name]]
