@@ -11,8 +11,7 @@ log Z by the forward algorithm. Every public function works on padded batches:
 - ``pairwise`` broadcastable to `[..., B, V, V]` by NumPy rules: `[V, V]` shared by everything,
   `[B, V, V]` one matrix per sequence, `[S, 1, V, V]` one per sample (note the explicit 1 for
   the batch axis: `[S, V, V]` would be read as `[B, V, V]`);
-- ``lengths``  `[B]` int32, 0 ≤ L ≤ T; ``labels`` `[B, T]` int32 whose padded entries are ignored
-  (any value, e.g. 0 or −1).
+- ``lengths``  `[B]` int32, 0 ≤ L ≤ T; ``labels`` `[B, T]` int32, padded entries ignored (any value).
 
 Results are `[..., B]` with ``...`` the broadcast of the leading dimensions of ``unary`` and
 ``pairwise``. Padding never reaches a result or a gradient: padded unaries are replaced by zeros
