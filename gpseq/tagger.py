@@ -190,7 +190,7 @@ class Tagger:
             if partial is not None:
                 scores["unlabelled_tokens"] = counted.unlabelled_tokens
             if init is not None:
-                arrays.update(calibration_arrays(init, config.dtype))
+                arrays.update(calibration_arrays(init, config.dtype, arrays))
                 scores.update(warm_start=True, calibration=init.scores.get("calibration"))
                 scores.setdefault("decode", init.config.decoder)  # with its calibration, its decoder
             return cls(_decode_resolved(saved_config, scores.get("decode")), featurizer, labels, arrays, scores)

@@ -380,10 +380,27 @@ def _sample_problem():
     return sentences, featurizer, labels, data_of
 
 
+def _scaled_unary_variance(fit, rows, alpha, beta):
+    """α v + β k² σ₀² `[N, V]` by hand over dense rows: k counts column 0 (x₀ = k) and one per
+    feature the fit never saw (no pair of it on the support), v sums the other features' x² s."""
+    dense = rows.toarray()
+    variance = fit.variance()
+    seen = np.zeros(fit.num_features, bool)
+    seen[np.unique(fit.support // fit.num_labels)] = True
+    seen[0] = False
+    out = np.zeros((dense.shape[0], fit.num_labels))
+    for n, row in enumerate(dense):
+        k = sum(x for d, x in enumerate(row) if x and not seen[d])
+        v = sum(x ** 2 * variance[d] for d, x in enumerate(row) if x and seen[d])
+        out[n] = alpha * v + (beta if beta is not None else alpha) * k ** 2 * fit.prior_variance[0]
+    return out
+
+
 def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     """A small corpus cross-fits: the held-out NLL reported for a prior is the token NLL of the
     out-of-fold predictions of fits on the other folds, at the calibrated (α, T) — recomputed
-    here with independent fold fits and the TensorFlow chain's marginals."""
+    here with independent fold fits, the scaled variance summed by hand (a held-out token's
+    features its fold fit never saw count as unseen) and the TensorFlow chain's marginals."""
     from gpseq.corpora import kfold_indices
     from gpseq.tagger import TaggerConfig
     from gpseq.training.calibration import calibrated_potentials
@@ -400,6 +417,7 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
     assert scores["cross_fit_folds"] == config.training.cross_fit_folds == 3
     reported = scores["dev_token_nll_by_prior"]["4/0.3/1"]
     alpha, temperature = scores["calibration"]["variance_scale"], scores["calibration"]["temperature"]
+    beta = scores["calibration"].get("unseen_scale")
 
     combined = concatenate(train, dev)
     groups, names = featurizer.column_groups()
@@ -409,8 +427,10 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
                           prior_variance=4.0, l1=0.3, pairwise_prior_variance=config.model.pairwise_prior_variance,
                           max_iterations=int(FOLD_BUDGET_SHARE * 60))
         part = combined.subset(held)
-        unary, pairwise = calibrated_potentials(*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance,
-                                                alpha, temperature)
+        mean = fit.unary_moments(part.rows)[0]
+        unary, _ = calibrated_potentials(mean, _scaled_unary_variance(fit, part.rows, alpha, beta), fit.pairwise,
+                                         fit.pairwise_variance, 1.0, temperature)
+        _, pairwise = calibrated_potentials(mean, 0.0, fit.pairwise, fit.pairwise_variance, alpha, temperature)
         padded = np.zeros((len(part), part.lengths.max(), len(labels)))
         for b in range(len(part)):
             padded[b, : part.lengths[b]] = unary[part.offsets[b] : part.offsets[b + 1]]
@@ -598,9 +618,9 @@ def test_calibration_reports_each_dev_sentence_nll_at_the_fitted_temperature():
     from gpseq.training.calibration import calibrated_potentials
     from gpseq.structured.numpy_chain import TimeMajor
 
-    mean, variance = fit.unary_moments(one.rows)
-    unary, pairwise = calibrated_potentials(mean, variance, fit.pairwise, fit.pairwise_variance, 1e-5,
-                                            fitted["temperature"])
+    mean = fit.unary_moments(one.rows)[0]
+    unary, pairwise = calibrated_potentials(mean, _scaled_unary_variance(fit, one.rows, 1e-5, 1e-5) / 1e-5,
+                                            fit.pairwise, fit.pairwise_variance, 1e-5, fitted["temperature"])
     marg, _, _ = TimeMajor(one.offsets).forward_backward(unary, pairwise, pairs=False)
     expected = -np.log(marg[np.arange(one.n_tokens), one.label_ids]).sum()
     assert fitted["dev_sentence_nll"][3] == pytest.approx(expected, rel=1e-9)

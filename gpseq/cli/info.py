@@ -89,8 +89,10 @@ def info(
     calibration = scores.get("calibration")
     if isinstance(calibration, dict) and "variance_scale" in calibration:
         alpha = float(calibration["variance_scale"])
-        floor = " (at its floor: the posterior's variance does not change the probabilities)" if alpha <= 1.5e-5 else ""
-        summary.add_row("calibration", f"variance scale α = {alpha:.3g}{floor}, temperature T = "
+        beta = calibration.get("unseen_scale")
+        floor = lambda scale: " (at its floor)" if scale <= 1.5e-5 else ""  # noqa: E731
+        unseen = "" if beta is None else f", unseen-feature scale β = {float(beta):.3g}{floor(float(beta))}"
+        summary.add_row("calibration", f"variance scale α = {alpha:.3g}{floor(alpha)}{unseen}, temperature T = "
                                        f"{float(calibration.get('temperature', 1.0)):.3f}")
     for key in ("steps", "best_dev_score", "best_step", "stopped_early", "train_sentences", "dev_sentences"):
         if key in scores:

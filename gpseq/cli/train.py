@@ -194,8 +194,11 @@ def train(
     ]
     calibration = scores.get("calibration")
     if calibration:
+        unseen = calibration.get("unseen_scale")
         rows.append(("calibration (dev)", f"T = {calibration['temperature']:.3f}, variance scale "
-                     f"{calibration['variance_scale']:.3g}; dev token NLL {calibration['dev_token_nll']:.4f}"))
+                     f"{calibration['variance_scale']:.3g}"
+                     + ("" if unseen is None else f", unseen-feature scale {unseen:.3g}")
+                     + f"; dev token NLL {calibration['dev_token_nll']:.4f}"))
     held_out = scores.get("decode_scores")
     if held_out:  # the decoder the training kept (`TaggerConfig.decode` "auto") and the other one
         kept = tagger.config.decode

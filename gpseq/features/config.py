@@ -66,8 +66,10 @@ class FeatureConfig:
     binary: bool = True
     l2_normalize: bool = False
     dtype: str = "float32"
-    unseen_column: bool = True  # column 0 carries √(number of the token's features the vocabulary
-    # lacks): their weights' prior variance enters the predictive (vocabulary mode, no L2 norm)
+    unseen_column: bool = True  # column 0 carries the token's features the vocabulary lacks: their
+    # weights' prior variance enters the predictive (vocabulary mode, no L2 norm)
+    unseen_shared: bool = True  # the k unseen features of a token are one unknown (they all derive from
+    # one new word form): column 0 is k and their variance k² σ²; false: independent, √k and k σ²
 
     def __post_init__(self) -> None:
         self.conjunctions = [tuple((s, int(o)) for s, o in conj) for conj in self.conjunctions]
@@ -91,7 +93,7 @@ class FeatureConfig:
                                       or not low <= value <= MAX_FEATURES):
                 raise ConfigError(f"features.{name} must be None or an integer in [{low}, {MAX_FEATURES:,}], "
                                   f"got {value!r}")
-        for name in ("bias", "binary", "l2_normalize", "unseen_column"):
+        for name in ("bias", "binary", "l2_normalize", "unseen_column", "unseen_shared"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"features.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("preset", "lang"):

@@ -8,12 +8,14 @@ template's vocabulary table (or hashed). Python touches each token only for dict
 
 In vocabulary mode columns are assigned template by template, so the active columns of a row
 come out sorted without a sort. Column PAD_ID = 0 holds no feature of the vocabulary: with
-`unseen_column` it carries √k for a token that has k template features the vocabulary lacks (a
-word form, affix or conjunction never seen in fit), so x₀² = k. Its weight never meets data in training,
-so it keeps its prior N(0, σ²): in the weight-space GP's predictive the k unseen features add their
-prior variance k σ² to every label's potential and nothing to its mean, exactly what their own
-weights (absent from the model) would add. In hashing mode, or with L2-normalised rows, column 0
-is never emitted.
+`unseen_column` it carries k for a token that has k template features the vocabulary lacks (a word
+form, affix or conjunction never seen in fit). Its weight never meets data in training, so it keeps
+its prior N(0, σ²) and adds x₀² σ² to every label's potential variance and nothing to its mean. The
+k features of one token all derive from the same new word form, so the default (`unseen_shared`)
+treats their weights as one shared unknown: x₀ = k, variance k² σ². Independent weights (x₀ = √k,
+variance k σ², exactly what their own absent weights would add) are the other choice, and what a
+featurizer saved without `unseen_shared` uses. In hashing mode, or with L2-normalised rows, column
+0 is never emitted.
 """
 
 from __future__ import annotations
@@ -203,8 +205,9 @@ class Featurizer:
         """Read a featurizer written by `save`; a missing, corrupt or newer one → ModelFormatError."""
         meta_path, data = read_featurizer_json(directory)
         try:
-            # a featurizer saved without `unseen_column` keeps tagging without it
-            config = FeatureConfig.from_dict({"unseen_column": False, **data["config"]})
+            # a featurizer saved without `unseen_column` keeps tagging without it, one saved without
+            # `unseen_shared` with √k
+            config = FeatureConfig.from_dict({"unseen_column": False, "unseen_shared": False, **data["config"]})
         except (ConfigError, KeyError, TypeError) as err:
             raise ModelFormatError(f"{meta_path}: bad feature configuration: {err}") from None
         featurizer = cls(config, nlp=nlp)
@@ -356,12 +359,12 @@ class Featurizer:
         active = slots != PAD_ID
         dtype = np.dtype(self.config.dtype)
         values = None
-        if self.counts_unseen:  # column 0 first in each row: √(templates without a feature), where any
+        if self.counts_unseen:  # column 0 first in each row: k (or √k) for k templates without a feature
             unseen = len(self._templates) - active.sum(axis=1)
             active = np.concatenate([(unseen > 0)[:, None], active], axis=1)
             slots = np.concatenate([np.full((n, 1), PAD_ID, dtype=slots.dtype), slots], axis=1)
             values = np.ones(active.shape, dtype=dtype)
-            values[:, 0] = np.sqrt(unseen)
+            values[:, 0] = unseen if self.config.unseen_shared else np.sqrt(unseen)
             values = values[active]
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(active.sum(axis=1), out=indptr[1:])

@@ -1,27 +1,63 @@
-"""Calibration of the predictive on held-out data: the posterior-variance scale α and temperature T.
+"""Calibration of the predictive on held-out data: the posterior-variance scales α, β and temperature T.
 
 The deterministic predictive (`StructuredGP.predictive_potentials`) replaces each Gaussian
-potential N(m, α v) by m / √(1 + π α v / 8) / T. A diagonal posterior over correlated weights
-gets the variance of a potential wrong by a factor that depends on how collinear the features
-are (several features of one token carry the same evidence), and the ELBO or the Laplace
-evidence does not see held-out tokens at all; α and T are fitted by the token NLL of the dev
-split carved from the training data (the same information a CRF user's temperature uses), by
-L-BFGS on (log α, log T), with a log-normal prior on T (MAP). NumPy only: one forward–backward
-over the dev tokens per evaluation (the gradient of two parameters by finite differences).
+potential N(m, v) by m / √(1 + π v / 8) / T. A diagonal posterior over correlated weights gets the
+variance of a potential wrong by a factor that depends on how collinear the features are (several
+features of one token carry the same evidence), and the ELBO or the Laplace evidence does not see
+held-out tokens at all. So the variance is scaled: α times the part from the weights the training
+data constrained, β times the part from the token's features the vocabulary lacks (column 0, the
+prior variance of weights no data touched: `gpseq.features.featurizer`), each fitted with T by the
+token NLL of the dev split carved from the training data (the same information a CRF user's
+temperature uses), with a log-normal prior on T (MAP). The model stores β as the ratio β / α in
+column 0's variance, so the saved predictive is α v with no third number. NumPy only: one
+forward–backward over the dev tokens per evaluation (gradients by finite differences).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from typing import NamedTuple
+
 from gpseq.structured.numpy_chain import TimeMajor
 
 PROBIT = np.pi / 8.0
-ALPHA_GRID = np.log([1e-5, 1e-3, 1e-1])  # starting points of the variance scale's search
+ALPHA_GRID = np.log([1e-5, 1e-3, 1e-1])  # starting points of the variance scales' search (α and β)
 LOG_TEMPERATURE_SCALE = 0.5  # prior std of log T: temperatures fitted on large dev splits stay near 1
 # nats per token a larger α must gain over the first search to be taken: less is float noise (e.g. the
 # near-zero objectives of held-out parts without a labelled token)
 ALPHA_MARGIN = 1e-9
+
+
+class HeldOut(NamedTuple):
+    """A fit's predictive moments on held-out sentences: unary `mean`, `variance` `[N, V]` (without
+    column 0's part when `unseen` is given), the pairwise `pair_mean`, `pair_variance` `[V, V]`, gold
+    `labels [N]` (negative: unknown or unlabelled) and sentence `offsets [B+1]`, in corpus order;
+    `unseen [N]`: each token's variance from its features the vocabulary lacks (the same for every
+    label), or None where the model does not count them."""
+
+    mean: np.ndarray
+    variance: np.ndarray
+    pair_mean: np.ndarray
+    pair_variance: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray
+    unseen: np.ndarray | None = None
+
+    def reordered(self, order: np.ndarray) -> "HeldOut":
+        """The tokens' arrays in `order` (e.g. `TimeMajor.order`); the pairwise, labels, offsets kept."""
+        return self._replace(mean=self.mean[order], variance=self.variance[order],
+                             unseen=None if self.unseen is None else self.unseen[order])
+
+    def potentials(self, alpha: float, beta: float | None, temperature: float):
+        """The predictive's point potentials (`calibrated_potentials`) with the unaries' variance
+        α v + β u (α v where there is no `unseen` or no β)."""
+        if self.unseen is None or beta is None:
+            return calibrated_potentials(self.mean, self.variance, self.pair_mean, self.pair_variance, alpha,
+                                         temperature)
+        variance = alpha * self.variance + beta * self.unseen[:, None]
+        return calibrated_potentials(self.mean, variance, self.pair_mean, alpha * self.pair_variance, 1.0,
+                                     temperature)
 
 
 def calibrated_potentials(mean, variance, pair_mean, pair_variance, alpha: float, temperature: float):
@@ -98,33 +134,41 @@ def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarra
 def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1e-5, 1.0),
                           log_temperature_scale: float = LOG_TEMPERATURE_SCALE,
                           variance_scale: bool = True, sentences: bool = False) -> dict[str, float]:
-    """`fit_calibration` of one (α, T) over several held-out parts, each
-    `(mean, variance, pair_mean, pair_variance, labels, offsets)` predicted by its own fit (the
-    out-of-fold predictions of cross-fitting): the NLL is per token of all parts together.
+    """`fit_calibration` of one (α, β, T) over several held-out parts (`HeldOut`, or tuples of its
+    fields), each predicted by its own fit (the out-of-fold predictions of cross-fitting): the NLL
+    is per token of all parts together. β (`unseen_scale`) is fitted where the parts carry column
+    0's variance (`unseen`) and some token has features the vocabulary lacks.
 
-    The search, in forward–backward passes over the parts (each costs one): T at α = `start[0]`
-    (Brent's bounded scalar search on log T); then, with `variance_scale`, the larger α of
-    `ALPHA_GRID`, each with a coarse T search; only when one of them is better
-    (by more than `ALPHA_MARGIN`) is (α, T) refined jointly by L-BFGS-B from it. The NLL is flat
-    in α where α v ≪ 1, so a fitted α at the low end of the grid means the posterior variance does
-    not help on these tokens (the usual case): the first search is then the answer.
-    `variance_scale=False`: T alone (α stays `start[0]`), e.g. to rank candidate fits cheaply.
-    `sentences`: also each held-out sentence's NLL at the fitted (α, T) (`dev_sentence_nll [B]`,
+    The search, in forward–backward passes over the parts (each costs one): T at α = β = `start[0]`
+    (Brent's bounded scalar search on log T); then, with `variance_scale`, α at each larger value
+    of `ALPHA_GRID` (and with β: β alone and both at the middle one), each with a coarse T search; only when one of them is better (by more
+    than `ALPHA_MARGIN`) are the scales and T refined jointly by L-BFGS-B from it. The NLL is flat
+    in a scale where its variance is ≪ 1, so a scale at the low end means that part of the
+    posterior variance does not help on these tokens.
+    `variance_scale=False`: T alone (the scales stay `start[0]`), e.g. to rank candidate fits cheaply.
+    `sentences`: also each held-out sentence's NLL at the fitted scales and T (`dev_sentence_nll [B]`,
     the parts' sentences in order) and the token count (`dev_tokens`), to compare fits sentence by
     sentence (`gpseq.training.prior_path.significantly_better`)."""
+    parts = [HeldOut(*part) for part in parts]
+    unseen = all(part.unseen is not None for part in parts) and any(part.unseen.any() for part in parts)
     prepared = []
-    for mean, variance, pair_mean, pair_variance, labels, offsets in parts:
-        layout = TimeMajor(offsets)
-        labels = labels[layout.order]
+    for part in parts:
+        layout = TimeMajor(part.offsets)
+        labels = part.labels[layout.order]
         token = np.flatnonzero(labels >= 0)
-        prepared.append((layout, mean[layout.order], variance[layout.order], pair_mean, pair_variance, token,
-                         labels[token]))
-    count = max(1, sum(len(part[5]) for part in prepared))
+        part = part.reordered(layout.order) if unseen else part._replace(unseen=None).reordered(layout.order)
+        prepared.append((layout, part, token, labels[token]))
+    count = max(1, sum(len(token) for _, _, token, _ in prepared))
+
+    def scales(x):  # x = (log α, log T[, log β])
+        alpha, temperature = np.exp(x[:2])
+        return alpha, (np.exp(x[2]) if unseen else None), temperature
 
     def token_nlls(x):
         """−log p(gold) of every labelled token, part by part (time-major)."""
-        for layout, mean, variance, pair_mean, pair_variance, token, gold in prepared:
-            unary, pairwise = calibrated_potentials(mean, variance, pair_mean, pair_variance, *np.exp(x))
+        alpha, beta, temperature = scales(x)
+        for layout, part, token, gold in prepared:
+            unary, pairwise = part.potentials(alpha, beta, temperature)
             marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
             yield -np.log(np.maximum(marg[token, gold], 1e-12))
 
@@ -134,7 +178,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     def sentence_nll(x):
         """The NLL summed over each sentence's labelled tokens `[B]`, parts in order, each in corpus order."""
         out = []
-        for (layout, *_, token, _), nll in zip(prepared, token_nlls(x)):
+        for (layout, _, token, _), nll in zip(prepared, token_nlls(x)):
             by_layout = np.bincount(layout.sentence_of[token], weights=nll, minlength=len(layout.sentences))
             corpus = np.empty_like(by_layout)
             corpus[layout.sentences] = by_layout
@@ -144,44 +188,54 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     def objective(x):  # per token: dev NLL + the prior on log T
         return token_nll(x) + 0.5 * (x[1] / log_temperature_scale) ** 2 / count
 
-    def best_temperature(log_alpha, window, xatol):
-        """(objective, x) at the best log T for this log α within `window` of log T."""
-        value, log_t = brent_minimize(lambda log_t: objective(np.array([log_alpha, log_t])), *window, xatol)
-        return value, np.array([log_alpha, log_t])
+    def best_temperature(log_scales, window, xatol):
+        """(objective, x) at the best log T for these log scales (α, and β) within `window` of log T."""
+        point = lambda log_t: np.array([log_scales[0], log_t, *log_scales[1:]])  # noqa: E731
+        value, log_t = brent_minimize(lambda log_t: objective(point(log_t)), *window, xatol)
+        return value, point(log_t)
 
-    before = token_nll(np.zeros(2))
-    log_alpha = float(np.clip(np.log(start[0]), *bounds[0]))
-    value, x = best_temperature(log_alpha, bounds[1], 0.002)
+    before = token_nll(np.zeros(3 if unseen else 2))
+    low = float(np.clip(np.log(start[0]), *bounds[0]))
+    first = (low, low) if unseen else (low,)
+    value, x = best_temperature(first, bounds[1], 0.002)
     if variance_scale:
-        window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # α > 0 shrinks: T ≤ the first
-        probes = [best_temperature(a, window, 0.03) for a in ALPHA_GRID if a > log_alpha + 1.0]
+        window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # a scale > 0 shrinks: T ≤ the first
+        larger = [a for a in ALPHA_GRID if a > low + 1.0]
+        # α alone at each larger value; with unseen features also β alone and both, at the middle one
+        pairs = [(a, low) for a in larger] + [(low, larger[0]), (larger[0], larger[0])] if unseen and larger else \
+            [(a,) for a in larger]
+        probes = [best_temperature(pair, window, 0.03) for pair in pairs]
         if probes and min(probes, key=lambda p: p[0])[0] < value - ALPHA_MARGIN:
-            from scipy.optimize import minimize  # (slow to import: only where α pays)
+            from scipy.optimize import minimize  # (slow to import: only where a scale pays)
 
             x0 = min(probes, key=lambda p: p[0])[1]
-            result = minimize(objective, x0, method="L-BFGS-B", bounds=bounds, options={"maxiter": 50, "eps": 1e-6})
+            result = minimize(objective, x0, method="L-BFGS-B", bounds=list(bounds) + ([bounds[0]] if unseen else []),
+                              options={"maxiter": 50, "eps": 1e-6})
             if result.fun < value - ALPHA_MARGIN:
                 value, x = float(result.fun), result.x
-    alpha, temperature = np.exp(x)
+    alpha, beta, temperature = scales(x)
     fitted = {"variance_scale": float(alpha), "temperature": float(temperature),
               "dev_token_nll_uncalibrated": float(before), "dev_token_nll": float(token_nll(x))}
+    if unseen:
+        fitted["unseen_scale"] = float(beta)
     if sentences:
         fitted.update(dev_sentence_nll=sentence_nll(x), dev_tokens=count)
     return fitted
 
 
-def held_out_decodes(parts, alpha: float, temperature: float) -> list[tuple[np.ndarray, ...]]:
+def held_out_decodes(parts, alpha: float, temperature: float,
+                     unseen_scale: float | None = None) -> list[tuple[np.ndarray, ...]]:
     """What each decoder returns on held-out parts (`fit_calibration_parts`'s) under the predictive
-    at (α, T), to choose the model's decoder by a held-out score: per part (gold labels, each
+    at (α, β = `unseen_scale`, T), to choose the model's decoder by a held-out score: per part (gold labels, each
     token's most probable label, the Viterbi path of the posterior-mean potentials, offsets), in
     corpus order (`[N]` each; a negative gold id: unknown or unlabelled)."""
     from gpseq.structured.numpy_chain import viterbi
 
     out = []
-    for mean, variance, pair_mean, pair_variance, labels, offsets in parts:
+    for part in parts:
+        mean, _, pair_mean, _, labels, offsets, _ = part = HeldOut(*part)
         layout = TimeMajor(offsets)
-        unary, pairwise = calibrated_potentials(mean[layout.order], variance[layout.order], pair_mean,
-                                                pair_variance, alpha, temperature)
+        unary, pairwise = part.reordered(layout.order).potentials(alpha, unseen_scale, temperature)
         marg, _, _ = layout.forward_backward(unary, pairwise, pairs=False)
         best = np.empty(len(marg), np.int64)
         best[layout.order] = marg.argmax(1)

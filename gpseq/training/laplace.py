@@ -30,8 +30,9 @@ from typing import Callable
 import numpy as np
 
 from gpseq.errors import NumericalError
+from gpseq.features.padded import PAD_ID
 from gpseq.training.batching import SequenceData
-from gpseq.training.calibration import fit_calibration_parts
+from gpseq.training.calibration import HeldOut, fit_calibration_parts
 from gpseq.training.lbfgs import minimize_lbfgs
 
 
@@ -96,6 +97,32 @@ class LaplaceFit:
         rows = rows.astype(np.float64)
         mean = rows @ self.dense(self.weights) + self.bias
         return mean, rows.multiply(rows) @ self.variance()
+
+    def held_out(self, data: SequenceData, shared: bool = True) -> HeldOut:
+        """The fit's predictive moments on labelled `data` as calibration's `HeldOut`, with the
+        variance of each token's features this fit never saw apart in `unseen [N]` (the same for
+        every label), so that calibration scales it by its own β: column 0 (the features the
+        vocabulary lacks) and, for a fit on part of the vocabulary's data (a cross-fitting fold),
+        the columns of features no token of its data had, which the saved model will only meet
+        through column 0. Their k (x₀ = k and one per column for `shared` unseen weights, else x₀²
+        and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0."""
+        rows = data.rows.astype(np.float64).tocsr()
+        mean = rows @ self.dense(self.weights) + self.bias
+        squares = rows.copy()
+        squares.data = rows.data ** 2
+        if self.prior_variance is None:
+            return HeldOut(mean, squares @ self.variance(), self.pairwise, self.pairwise_variance, data.label_ids,
+                           data.offsets)
+        seen = np.zeros(self.num_features, bool)
+        seen[self.support // self.num_labels] = True
+        seen[PAD_ID] = False
+        unseen = ~seen[squares.indices]
+        token = np.repeat(np.arange(squares.shape[0]), np.diff(squares.indptr))[unseen]
+        count = np.bincount(token, weights=(rows.data if shared else squares.data)[unseen], minlength=squares.shape[0])
+        squares.data[unseen] = 0.0
+        prior = float(self.prior_variance[PAD_ID])
+        return HeldOut(mean, squares @ self.variance(), self.pairwise, self.pairwise_variance, data.label_ids,
+                       data.offsets, (count ** 2 if shared else count) * prior)
 
 
 def fit_laplace(
@@ -239,22 +266,19 @@ def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
                       mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report, fisher=fisher)
 
 
-def held_out_parts(fit: LaplaceFit, dev: SequenceData) -> list[tuple]:
-    """The fit's predictive moments on the labelled `dev` split, in parts of at most `CHUNK_TOKENS`
-    tokens (the forward–backward's arrays of one part at a time): `fit_calibration_parts`'s parts."""
+def held_out_parts(fit: LaplaceFit, dev: SequenceData, shared: bool = True) -> list[HeldOut]:
+    """The fit's predictive moments on the labelled `dev` split (`LaplaceFit.held_out`), in parts of
+    at most `CHUNK_TOKENS` tokens (the forward–backward's arrays of one part at a time):
+    `fit_calibration_parts`'s parts."""
     from gpseq.training.chain_objective import CHUNK_TOKENS, chunk_bounds
 
-    parts = []
-    for low, high in chunk_bounds(dev.offsets, CHUNK_TOKENS):
-        part = dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high))
-        parts.append((*fit.unary_moments(part.rows), fit.pairwise, fit.pairwise_variance, part.label_ids,
-                      part.offsets))
-    return parts
+    return [fit.held_out(dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high)), shared)
+            for low, high in chunk_bounds(dev.offsets, CHUNK_TOKENS)]
 
 
-def calibrate(fit: LaplaceFit, dev: SequenceData, **options) -> dict[str, float]:
+def calibrate(fit: LaplaceFit, dev: SequenceData, shared: bool = True, **options) -> dict[str, float]:
     """`fit_calibration` of the fit's predictive on the labelled `dev` split (`held_out_parts`)."""
-    return fit_calibration_parts(held_out_parts(fit, dev), **options)
+    return fit_calibration_parts(held_out_parts(fit, dev, shared), **options)
 
 
 def _softplus_inverse(x):
@@ -263,7 +287,7 @@ def _softplus_inverse(x):
 
 
 def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, temperature: float,
-                dtype: str = "float32") -> dict[str, np.ndarray]:
+                unseen_scale: float | None = None, dtype: str = "float32") -> dict[str, np.ndarray]:
     """The arrays of the weight-space `StructuredGP` holding q = `fit` and its calibration, as
     `StructuredGP.get_state` names them (Softplus-constrained variables by their pre-transformed
     values): what `Tagger.save` writes and `StructuredGP.set_state` reads, without TensorFlow."""
@@ -271,6 +295,9 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
     # the [D, V] arrays made in `dtype` at once (values computed in float64 on the support): on a
     # large corpus a float64 copy of each would be the training's peak
     q_variance = fit.variance(_softplus_inverse, dtype=cast)
+    if unseen_scale is not None and fit.prior_variance is not None:
+        # column 0's variance times β / α: the predictive's α x₀² s₀ is then β x₀² σ² (`calibration`)
+        q_variance[PAD_ID] = _softplus_inverse(fit.prior_variance[PAD_ID] * unseen_scale / alpha)
     arrays = {
         "var:label_bias": fit.bias,
         "var:pairwise_mean": fit.pairwise,

@@ -191,6 +191,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
 
     tcfg, mcfg = config.training, config.model
     groups, names = featurizer.column_groups()
+    shared = featurizer.config.unseen_shared  # how a token's unseen features add up (`LaplaceFit.held_out`)
     budget = tcfg.max_steps or tcfg.max_iterations
     step = max(1, round(budget * STEP_BUDGET_SHARE))
     refit = max(1, round(budget * REFIT_BUDGET_SHARE))
@@ -252,8 +253,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
 
         def held_out(fold_fits):
             """Each fold fit's predictive moments on its held-out fold (`fit_calibration_parts`'s parts)."""
-            return [(*fold.unary_moments(part.rows), fold.pairwise, fold.pairwise_variance, part.label_ids,
-                     part.offsets) for fold, part in zip(fold_fits, parts)]
+            return [fold.held_out(part, shared) for fold, part in zip(fold_fits, parts)]
 
         # every fold's fit warm-started from its fit at the previous prior; each prior ranked by the
         # held-out NLL of its fold fits at their best T
@@ -267,7 +267,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         predictions = held_out(fold_fits)
         calibration = fit_calibration_parts(predictions)  # (α, T) in full for the chosen prior
         decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
-                                                     calibration["temperature"])
+                                                     calibration["temperature"], calibration.get("unseen_scale"))
         del predictions
         dev_nll = candidates[prior] = calibration["dev_token_nll"]
         # the final fit on all the sentences: the objective is convex, so where it starts changes
@@ -290,14 +290,14 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             choice, candidates = choose_prior(
                 lambda number, prior, warm: path_fit(objective, number, prior, warm,
                                                      evidence_rounds=tcfg.evidence_rounds),
-                lambda current: calibrate(current, dev_data, variance_scale=False, sentences=True),
+                lambda current: calibrate(current, dev_data, shared, variance_scale=False, sentences=True),
                 variances, strengths, pairwise, init)
             prior, chosen = choice.prior, choice.fit
             del choice
-            predictions = held_out_parts(chosen, dev_data)
+            predictions = held_out_parts(chosen, dev_data, shared)
             calibration = fit_calibration_parts(predictions)  # (α, T) in full
             decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
-                                                         calibration["temperature"])
+                                                         calibration["temperature"], calibration.get("unseen_scale"))
             del predictions
             dev_nll = candidates[prior] = calibration["dev_token_nll"]
         else:  # nothing to compare on: the first prior (`prior_grid`)
@@ -329,5 +329,5 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                           dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
     alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
     state = model_state(chosen, prior_variance=prior[0], alpha=alpha, temperature=temperature,
-                        dtype=config.dtype)
+                        unseen_scale=calibration.get("unseen_scale") if calibration else None, dtype=config.dtype)
     return state, scores

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpseq.errors import ConfigError
+from gpseq.features.padded import PAD_ID
 
 WEIGHTS, BIAS, PAIRWISE = "var:linear/q_mu", "var:label_bias", "var:pairwise_mean"
 
@@ -87,9 +88,17 @@ def warm_config(config, previous):
     return dataclasses.replace(config, training=dataclasses.replace(training, **changes))
 
 
-def calibration_arrays(previous, dtype: str) -> dict[str, np.ndarray]:
-    """The previous tagger's fitted variance scale α and temperature T, as model arrays."""
+def calibration_arrays(previous, dtype: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The previous tagger's calibration as model arrays for the warm-started `arrays`: its fitted
+    variance scale α and temperature T, and column 0's variance (the unseen features' scale β
+    relative to α, `gpseq.training.laplace.model_state`), the same for every label."""
     state = previous_arrays(previous)
     cast = np.dtype(dtype).type
-    return {name: np.asarray(state[name], dtype=cast) for name in ("var:temperature", "var:variance_scale")
-            if name in state}
+    out = {name: np.asarray(state[name], dtype=cast) for name in ("var:temperature", "var:variance_scale")
+           if name in state}
+    name = "var:linear/q_variance/_pretransformed_input"
+    if name in state and name in arrays:
+        q_variance = np.array(arrays[name], dtype=cast)
+        q_variance[PAD_ID] = cast(np.asarray(state[name])[PAD_ID, 0])
+        out[name] = q_variance
+    return out
