@@ -273,6 +273,9 @@ def test_train_with_init_is_a_warm_started_round(trained):
 
     assert float(previous_arrays(warm)["var:temperature"]) == pytest.approx(
         float(previous_arrays(tagger)["var:temperature"]))
+    # and its unseen features' scale: column 0's variance (σ² β / α, the same for every label) carried over
+    name = "var:linear/q_variance/_pretransformed_input"
+    np.testing.assert_allclose(previous_arrays(warm)[name][0], previous_arrays(tagger)[name][0, 0], rtol=1e-6)
     accuracy = np.mean([p == g for t, s in zip(warm.tag(train[160:200]), train[160:200])
                         for p, g in zip(t.labels, s.labels)])
     assert accuracy > 0.8
