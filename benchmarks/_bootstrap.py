@@ -6,11 +6,14 @@ is the systems or the sample of sentences is what a reader needs to know before 
 sentence; `paired_bootstrap` draws the test sentences with replacement (the same draw for both
 systems, `RESAMPLES` times) and reports the difference A − B of each metric on the full set with
 the 2.5 % and 97.5 % quantiles of its bootstrap distribution. The metrics are `gpseq.evaluation.metrics`'
-own functions, so the full-set figures equal the reported ones.
+own functions, so the full-set figures equal the reported ones. `unseen` and `restrict` narrow
+outcomes to the out-of-vocabulary tokens (word forms absent from the training file), whose metrics
+and bootstrap are then the same functions'.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +63,20 @@ def outcomes(gold, predicted, probabilities, labels, chunked: bool, scheme: str 
         brier=np.sum(flat**2, axis=1) - 2.0 * p_gold + 1.0,
         chunks=chunks,
     )
+
+
+def unseen(sentences, vocabulary) -> np.ndarray:
+    """[N] whether each token's word form (`Sentence.tokens`: the token column the file was read
+    with; exact, case-sensitive) is absent from `vocabulary`, in sentence order (as `Outcomes`)."""
+    return np.array([word not in vocabulary for sentence in sentences for word in sentence.tokens], bool)
+
+
+def restrict(result: Outcomes, keep: np.ndarray) -> Outcomes:
+    """The outcomes of the tokens where `keep` [N] holds, in their sentences (some then empty); no
+    chunk counts, so its score is token accuracy."""
+    offsets = np.concatenate([[0], np.cumsum(keep)])[result.offsets]
+    return dataclasses.replace(result, offsets=offsets, nll=result.nll[keep], confidence=result.confidence[keep],
+                               correct=result.correct[keep], brier=result.brier[keep], chunks=None)
 
 
 def _tokens(offsets: np.ndarray, sentences: np.ndarray) -> np.ndarray:

@@ -29,9 +29,10 @@ Test sets: `conll2000` (test.txt, POS column) and the ten MASC genres (`masc/<ge
 Metrics per test set and system, from the per-token outcomes of `_bootstrap.outcomes` (a gold
 label a system never saw, such as MASC's `LS`, is an error with clipped NLL): accuracy, token
 NLL, ECE (15 bins, confidence of the returned label), Brier, AURC; the same on the OOV tokens —
-word forms absent from the training file (exact, case-sensitive) — as `oov_<metric>`, with
-`oov_tokens`; `ece_if_calibrated` (`_bootstrap.calibrated_ece`: the ECE chance alone gives a
-calibrated system with these confidences on this test set), temperature, tagging tokens/s.
+word forms absent from the training file (exact, case-sensitive; `_bootstrap.unseen` and
+`restrict`, shared with versus_crf.py) — as `oov_<metric>`, with `oov_tokens`;
+`ece_if_calibrated` (`_bootstrap.calibrated_ece`: the ECE chance alone gives a calibrated system
+with these confidences on this test set), temperature, tagging tokens/s.
 For each test set and peer: gpseq − peer for NLL, ECE, accuracy and AURC with a 95 % interval
 from a paired bootstrap over the test sentences (`_bootstrap.paired_bootstrap`, 1,000 draws)
 and a better / tie / worse verdict for gpseq.
@@ -71,7 +72,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _bootstrap import Outcomes, calibrated_ece, metric, paired_bootstrap, verdict  # noqa: E402
+from _bootstrap import calibrated_ece, metric, paired_bootstrap, restrict, unseen, verdict  # noqa: E402
 from _common import REFERENCE_FEATURES, corpora_root, machine, run_meta  # noqa: E402
 from versus_crf import (  # noqa: E402
     count_verdicts,
@@ -150,23 +151,16 @@ def test_added(state: dict, test) -> dict:
 
 
 # ---- metrics of one test set ----------------------------------------------------------------------
-def restrict(result: Outcomes, keep: np.ndarray) -> Outcomes:
-    """The outcomes of the tokens where `keep` [N] holds, in their sentences (some then empty)."""
-    offsets = np.concatenate([[0], np.cumsum(keep)])[result.offsets]
-    return dataclasses.replace(result, offsets=offsets, nll=result.nll[keep], confidence=result.confidence[keep],
-                               correct=result.correct[keep], brier=result.brier[keep], chunks=None)
-
-
 def measure(testset: str, metrics: dict, oov: np.ndarray) -> dict:
     """`<testset>/<system>/<metric>` of every system from its outcomes (popped from `metrics`), all
     tokens and OOV tokens; gpseq − peer by the paired bootstrap with verdicts."""
     results = {system: dataclasses.replace(metrics[system].pop("outcomes"), chunks=None)  # score: token accuracy
                for system in SYSTEMS}
-    unseen = {system: restrict(result, oov) for system, result in results.items()}
+    narrowed = {system: restrict(result, oov) for system, result in results.items()}
     out = {}
     for system in SYSTEMS:
         values = {key: metric(results[system], name) for key, name in MEASURED.items()}
-        values.update({f"oov_{key}": metric(unseen[system], name) for key, name in MEASURED.items()})
+        values.update({f"oov_{key}": metric(narrowed[system], name) for key, name in MEASURED.items()})
         values["oov_tokens"] = int(oov.sum())
         values["ece_if_calibrated"], values["ece_if_calibrated_q95"] = calibrated_ece(results[system])
         for key in ("temperature", "train_s", "tag_tokens_per_s"):
@@ -188,7 +182,7 @@ def measure(testset: str, metrics: dict, oov: np.ndarray) -> dict:
 
 
 def run_testset(name: str, test, metrics: dict, vocabulary: set, path: Path) -> dict:
-    oov = np.array([word not in vocabulary for sentence in test for word in sentence.tokens], bool)
+    oov = unseen(test, vocabulary)
     out = measure(name, metrics, oov)
     out.update({f"{name}/data/test_file": str(path), f"{name}/data/test_sentences": len(test),
                 f"{name}/data/test_tokens": len(oov)})

@@ -67,6 +67,15 @@ gpseq − peer with a 95 % interval from a paired bootstrap over the test senten
 ece_if_calibrated (mean and 95th percentile): the ECE a perfectly calibrated system with each
 system's confidences would show on the test set (correctness drawn from the confidences,
 `_bootstrap.calibrated_ece`): an ECE below it is not miscalibration this test set can detect.
+OOV tokens: those whose word form (the token column the corpus is read with; exact,
+case-sensitive) does not occur in the training file the systems are trained on (with --quick the
+cut file; for shift-* the source corpus's; for small-* the fold's training sentences), as in
+shift.py (`_bootstrap.unseen` and `restrict`). For every system: oov_tokens (their count),
+oov_token_nll, oov_ece (15 bins, returned labels) and oov_accuracy (token accuracy, on chunk
+corpora too), left out where there is no OOV token; gpseq − crfsuite_t on oov_token_nll and
+oov_ece by the same paired bootstrap (whole sentences drawn, their OOV tokens kept) with a
+verdict. The OOV target: both below crfsuite_t's on a corpus (small-*: the fold means; no
+bootstrap there), counted over every corpus run.
 
 Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
   conll2000-chunk   CoNLL-2000 train.txt → test.txt, --features chunking
@@ -93,10 +102,20 @@ training included, so pick one or two corpora with --only: about 1–3 minutes e
 JSON carries meta/quick = true and is refused over a file git tracks. Never commit quick
 figures as results.
 
-Output: a table per corpus, and with --json a flat JSON object: `<corpus>/<system>/<metric>`,
+Output: a table per corpus, and with --json a flat JSON object: `<corpus>/<system>/<metric>`
+(`oov_tokens`, `oov_token_nll`, `oov_ece`, `oov_accuracy` among them),
 `<corpus>/crfsuite_t/temperature`, `<corpus>/data/...`, `<corpus>/ratio/...`,
-`wins/<corpus>/<target>` booleans for issue 16's targets, `wins/every_corpus/<target>`,
-`wins/small-scale/...`, `wins/reference_count/...`, and `meta/...`.
+`<corpus>/gpseq_minus_<peer>/<metric>` ([difference, low, high]; crfsuite_t: token_nll, ece,
+oov_token_nll, oov_ece; crfsuite: brier, aurc, score), `significance/<corpus>/<metric>_vs_<peer>`
+(better / tie / worse for gpseq; the same pairs, e.g. `oov_token_nll_vs_crfsuite_t`),
+`significance/count/<metric>_vs_<peer>` ("n better, n tie, n worse" over the corpora),
+`wins/<corpus>/<target>` booleans for issue 16's targets and the OOV target
+(`oov_nll_below_crfsuite_t`, `oov_ece_below_crfsuite_t`), `wins/every_corpus/<target>` and
+`wins/count/<target>` (corpora other than small-*), `wins/small-scale/...`,
+`wins/reference_count/...`, `wins/oov_count/nll_and_ece_below_crfsuite_t` ("k/n" over every
+corpus run, small-* included; one with no OOV token counts as missed), `wins/oov_count/corpora`,
+`wins/oov_count/missed`, `wins/oov_count/summary` ("OOV: NLL and ECE below CRF+T on k/n
+corpora"), and `meta/...`.
 """
 
 from __future__ import annotations
@@ -121,7 +140,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _bootstrap import calibrated_ece, metric, outcomes, paired_bootstrap, verdict  # noqa: E402
+from _bootstrap import calibrated_ece, metric, outcomes, paired_bootstrap, restrict, unseen, verdict  # noqa: E402
 from _common import (  # noqa: E402
     PAPER_SETS,
     REFERENCE_FEATURES,
@@ -154,9 +173,13 @@ TRAINER_PARAMS = {"c1": 0.1, "c2": 0.1, "max_iterations": 100, "feature.possible
 DEV_FRACTION, DEV_SEED = 0.1, 0
 TRAINING_KEYS = ("train_s", "train_s_runs", "peak_rss_mb", "peak_rss_mb_runs", "model_mb", "temperature", "prior",
                  "decode")  # copied from the trained state into each system's metrics
+OOV_MEASURED = {"oov_token_nll": "token_nll", "oov_ece": "ece", "oov_accuracy": "score"}  # ours: `_bootstrap.metric`'s
+# name on the OOV tokens (`_bootstrap.restrict` keeps no chunk counts: score is token accuracy there)
+OOV_BOOTSTRAPPED = {"crfsuite_t": ("token_nll", "ece")}  # the OOV target's peer and metrics
 REPORTED = ("score", "chunk_f1", "token_accuracy", "token_error", "token_nll", "seq_nll", "ece", "ece_argmax",
-            "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "train_s", "train_s_runs", "tag_tokens_per_s",
-            "tag_warmup_s", "peak_rss_mb", "peak_rss_mb_runs", "model_mb", "temperature", "prior", "decode")
+            "brier", "aurc", "error_at_90", "n_unseen_gold_tokens", "oov_tokens", *OOV_MEASURED, "train_s",
+            "train_s_runs", "tag_tokens_per_s", "tag_warmup_s", "peak_rss_mb", "peak_rss_mb_runs", "model_mb",
+            "temperature", "prior", "decode")
 SMALL_PRESETS = {"basenp": "chunking", "chunking": "chunking", "segmentation": "segmentation", "japanesene": "ner"}
 SMALL_POS = {"basenp": 1, "chunking": 1, "segmentation": None, "japanesene": 2}  # reference features' POS column
 MIN_COUNTED_TOKENS = 2000  # the reference-CRFsuite counts take corpora of at least this many training tokens
@@ -404,12 +427,25 @@ def test_all(state: dict, test, systems=BASE_SYSTEMS) -> dict:
 BOOTSTRAPPED = {"crfsuite_t": ("token_nll", "ece"), "crfsuite": ("brier", "aurc", "score")}  # the targets' peers
 
 
-def bootstrap(corpus: str, metrics: dict) -> dict:
+def measure_oov(metrics: dict, oov: np.ndarray) -> None:
+    """Add `oov_tokens` (the count) and the `OOV_MEASURED` metrics to each system's `metrics`, from
+    its per-token outcomes restricted to the tokens where `oov` [N] holds (`_bootstrap.unseen`: word
+    form absent from the training file); no OOV metrics where there is no OOV token."""
+    for values in metrics.values():
+        values["oov_tokens"] = int(oov.sum())
+        if oov.any():
+            narrowed = restrict(values["outcomes"], oov)
+            values.update({key: metric(narrowed, name) for key, name in OOV_MEASURED.items()})
+
+
+def bootstrap(corpus: str, metrics: dict, oov: np.ndarray | None = None) -> dict:
     """`<corpus>/gpseq_minus_<peer>/<metric>`: [gpseq − peer on the test set, 95 % interval] by a
     paired bootstrap over the test sentences (`_bootstrap`), for the metric of each target; and
     `significance/<corpus>/<metric>_vs_<peer>`: "better" / "worse" for gpseq when the interval
-    excludes 0, else "tie"; `<corpus>/<system>/ece_if_calibrated[_q95]` (`calibrated_ece`). Pops the
-    per-token outcomes from `metrics`."""
+    excludes 0, else "tie"; the same on the tokens where `oov` holds (`OOV_BOOTSTRAPPED`; the
+    sentences drawn as a whole, their OOV tokens kept) as `oov_<metric>`;
+    `<corpus>/<system>/ece_if_calibrated[_q95]` (`calibrated_ece`). Pops the per-token outcomes
+    from `metrics`."""
     results = {system: values.pop("outcomes") for system, values in metrics.items()}
     out = {}
     for system, result in results.items():  # the ECE that chance alone gives on this test set
@@ -423,6 +459,12 @@ def bootstrap(corpus: str, metrics: dict) -> dict:
                     print(f"    note: bootstrap {name} of {system} {value:.6f} vs reported {reported:.6f}", flush=True)
             out[f"{corpus}/gpseq_minus_{peer}/{name}"] = [diff, low, high]
             out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict(low, high, higher_is_better=name == "score")
+    if oov is not None and oov.any():
+        for peer, names in OOV_BOOTSTRAPPED.items():
+            pair = restrict(results["gpseq"], oov), restrict(results[peer], oov)
+            for name, (diff, low, high) in paired_bootstrap(*pair, names).items():
+                out[f"{corpus}/gpseq_minus_{peer}/oov_{name}"] = [diff, low, high]
+                out[f"significance/{corpus}/oov_{name}_vs_{peer}"] = verdict(low, high)
     return out
 
 
@@ -464,7 +506,31 @@ def wins(corpus: str, results: dict) -> dict:
         "score_ge_crfsuite_minus_0.2": check(get("gpseq", "score"), get("crfsuite", "score"),
                                              lambda a, b: 100 * a >= 100 * b - 0.2),
         "train_s_le_2x_crfsuite": check(get("gpseq", "train_s"), get("crfsuite", "train_s"), lambda a, b: a <= 2 * b),
+        **oov_wins(corpus, results),
     }
+
+
+def oov_wins(corpus: str, results: dict) -> dict:
+    """The OOV target on one corpus: gpseq's OOV token NLL and OOV ECE below crfsuite_t's (None where
+    one is missing: no OOV token)."""
+    out = {}
+    for target, key in (("oov_nll_below_crfsuite_t", "oov_token_nll"), ("oov_ece_below_crfsuite_t", "oov_ece")):
+        ours, theirs = results.get(f"{corpus}/gpseq/{key}"), results.get(f"{corpus}/crfsuite_t/{key}")
+        out[target] = None if ours is None or theirs is None else bool(ours < theirs)
+    return out
+
+
+def oov_count(results: dict, done: list[str]) -> dict:
+    """`wins/oov_count/...`: on how many of the corpora `done` (small-* included) gpseq's OOV token
+    NLL and OOV ECE are both below crfsuite_t's ("k/n"; a corpus with no OOV token counts as missed)."""
+    if not done:
+        return {}
+    missed = [c for c in done if not all(results.get(f"wins/{c}/{target}") is True
+                                         for target in ("oov_nll_below_crfsuite_t", "oov_ece_below_crfsuite_t"))]
+    k, n = len(done) - len(missed), len(done)
+    return {"wins/oov_count/corpora": list(done), "wins/oov_count/missed": missed,
+            "wins/oov_count/nll_and_ece_below_crfsuite_t": f"{k}/{n}",
+            "wins/oov_count/summary": f"OOV: NLL and ECE below CRF+T on {k}/{n} corpora"}
 
 
 def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
@@ -476,6 +542,7 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
         metrics = test_all(source["state"], test, [s for s in SYSTEMS if s in source["state"]])
         data = {"source": spec.source, "train_sentences": source["train_sentences"]}
         command = source["command"]
+        vocabulary = source["vocabulary"]
     else:
         train = spec.read(spec.train)
         train_file = spec.train
@@ -487,7 +554,9 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
                                      train, test, spec.features, spec.cli_extras(), workdir, spec.name,
                                      reference=True, pos_column=spec.pos_column, repeats=args.repeats)
         command = state["gpseq"]["command"]
-        states[spec.name] = {"state": state, "train_sentences": len(train), "command": command}
+        vocabulary = {word for sentence in train for word in sentence.tokens}  # the file trained on
+        states[spec.name] = {"state": state, "train_sentences": len(train), "command": command,
+                             "vocabulary": vocabulary}
         data = {"train_sentences": len(train), "train_tokens": sum(len(s) for s in train),
                 "dev_sentences_crfsuite_t": state["crfsuite_t"]["dev_sentences"],
                 "dev_sentences_crfsuite_ref_t": state["crfsuite_ref_t"]["dev_sentences"],
@@ -495,7 +564,9 @@ def run_corpus(spec: Corpus, args, workdir: Path, states: dict) -> dict:
     data["reference_pos_column"] = spec.pos_column
     data.update(test_file=str(spec.test), test_sentences=len(test), test_tokens=sum(len(s) for s in test),
                 features=spec.features)
-    significance = bootstrap(spec.name, metrics)
+    oov = unseen(test, vocabulary)
+    measure_oov(metrics, oov)
+    significance = bootstrap(spec.name, metrics, oov)
     return {**flatten(spec.name, metrics, data, command), **significance}
 
 
@@ -517,6 +588,7 @@ def run_small(name: str, args, workdir: Path) -> dict:
                                      extras, workdir, tag, reference=True, pos_column=SMALL_POS[name],
                                      repeats=args.repeats)
         command = state["gpseq"]["command"]
+        measure_oov(metrics, unseen(test, {word for sentence in train for word in sentence.tokens}))
         for values in metrics.values():
             values.pop("outcomes")  # means over folds: no bootstrap of one test set
         per_fold.append(metrics)
@@ -553,6 +625,10 @@ ROWS = (  # (metric, label, format)
     ("aurc", "AURC", lambda v: f"{v:.5f}"),
     ("error_at_90", "error at 90 % coverage", lambda v: f"{v:.4f}"),
     ("token_error", "token error", lambda v: f"{v:.4f}"),
+    ("oov_tokens", "OOV tokens", lambda v: f"{v:,.0f}"),
+    ("oov_accuracy", "OOV accuracy %", lambda v: f"{100 * v:.2f}"),
+    ("oov_token_nll", "OOV token NLL", lambda v: f"{v:.4f}"),
+    ("oov_ece", "OOV ECE", lambda v: f"{v:.4f}"),
     ("train_s", "train s (median)", lambda v: f"{v:.1f}"),
     ("tag_tokens_per_s", "tag tokens/s", lambda v: f"{v:,.0f}"),
     ("tag_warmup_s", "tag warm-up s", lambda v: f"{v:.1f}"),
@@ -588,9 +664,20 @@ def table(corpus: str, results: dict) -> str:
     for peer in BOOTSTRAPPED:
         prefix = f"{corpus}/gpseq_minus_{peer}/"
         cells = [f"{k[len(prefix):]} {d:+.5f} [{low:+.5f}, {high:+.5f}]"
-                 for k, (d, low, high) in ((k, v) for k, v in results.items() if k.startswith(prefix))]
+                 for k, (d, low, high) in ((k, v) for k, v in results.items()
+                                           if k.startswith(prefix) and not k.startswith(prefix + "oov_"))]
         if cells:
             lines.append(f"gpseq − {peer} (95 % paired bootstrap over sentences): " + "; ".join(cells))
+    for peer, names in OOV_BOOTSTRAPPED.items():
+        cells = []
+        for name in names:
+            interval = results.get(f"{corpus}/gpseq_minus_{peer}/oov_{name}")
+            if interval is not None:
+                d, low, high = interval
+                cells.append(f"oov_{name} {d:+.5f} [{low:+.5f}, {high:+.5f}] "
+                             f"{results[f'significance/{corpus}/oov_{name}_vs_{peer}']}")
+        if cells:
+            lines.append(f"OOV tokens, gpseq − {peer} (95 % paired bootstrap over sentences): " + "; ".join(cells))
     targets = {k.rsplit("/", 1)[1]: v for k, v in results.items() if k.startswith(f"wins/{corpus}/")}
     if targets:
         lines.append("targets: " + ", ".join(f"{k} {'yes' if v else ('-' if v is None else 'NO')}"
@@ -721,6 +808,7 @@ def main() -> None:
             err = results.get(f"{corpus}/gpseq/token_error"), results.get(f"{corpus}/crfsuite/token_error")
             results[f"wins/{corpus}/nll_below_crfsuite"] = bool(nll[0] < nll[1])
             results[f"wins/{corpus}/error_le_crfsuite"] = bool(err[0] <= err[1])
+            results.update({f"wins/{corpus}/{target}": value for target, value in oov_wins(corpus, results).items()})
             continue
         for target, value in wins(corpus, results).items():
             results[f"wins/{corpus}/{target}"] = value
@@ -731,6 +819,7 @@ def main() -> None:
     for corpus in done:
         results.update(ratios(corpus, results))
     results.update(reference_counts(results, done))
+    results.update(oov_count(results, done))
     small_done = [c for c in done if c.startswith("small-")]
     if small_done:
         n_nll = sum(results[f"wins/{c}/nll_below_crfsuite"] for c in small_done)
@@ -762,6 +851,9 @@ def main() -> None:
     excluded = results.get(f"wins/reference_count/excluded_under_{MIN_COUNTED_TOKENS}_tokens")
     if excluded:
         print(f"  (reported, not counted: {', '.join(excluded)}, under {MIN_COUNTED_TOKENS:,} training tokens)")
+    if "wins/oov_count/summary" in results:
+        missed = results["wins/oov_count/missed"]
+        print(results["wins/oov_count/summary"] + (f" (not on: {', '.join(missed)})" if missed else ""))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
