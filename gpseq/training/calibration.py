@@ -141,7 +141,8 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
 
     The search, in forward–backward passes over the parts (each costs one): T at α = β = `start[0]`
     (Brent's bounded scalar search on log T); then, with `variance_scale`, α at each larger value
-    of `ALPHA_GRID` (and with β: β alone and both at the middle one), each with a coarse T search; only when one of them is better (by more
+    of `ALPHA_GRID` (and with β: β alone at each, and both at the middle one), each with a coarse T
+    search; only when one of them is better (by more
     than `ALPHA_MARGIN`) are the scales and T refined jointly by L-BFGS-B from it. The NLL is flat
     in a scale where its variance is ≪ 1, so a scale at the low end means that part of the
     posterior variance does not help on these tokens.
@@ -201,9 +202,9 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     if variance_scale:
         window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # a scale > 0 shrinks: T ≤ the first
         larger = [a for a in ALPHA_GRID if a > low + 1.0]
-        # α alone at each larger value; with unseen features also β alone and both, at the middle one
-        pairs = [(a, low) for a in larger] + [(low, larger[0]), (larger[0], larger[0])] if unseen and larger else \
-            [(a,) for a in larger]
+        # each scale alone at each larger value; with unseen features also both at the middle one
+        pairs = ([(a, low) for a in larger] + [(low, b) for b in larger] + [(larger[0], larger[0])]
+                 if unseen and larger else [(a,) for a in larger])
         probes = [best_temperature(pair, window, 0.03) for pair in pairs]
         if probes and min(probes, key=lambda p: p[0])[0] < value - ALPHA_MARGIN:
             from scipy.optimize import minimize  # (slow to import: only where a scale pays)
