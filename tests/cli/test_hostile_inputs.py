@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import invoke
-from test_robustness import corpus  # noqa: F401  (a module fixture: 20 sentences of the sample)
+from helpers import ROOT
+from helpers.cli import invoke
+from helpers.tiny_model import corpus  # noqa: F401  (a module fixture: 20 sentences of the sample)
 
 from gpseq.corpora.lines import MAX_JSONL_LINE_BYTES, MAX_LINE_BYTES
 
-ROOT = Path(__file__).resolve().parents[1]
 LINEAR = ["--features", "ner", "--max-steps", "2", "--seed", "3", "--set", "training.dev_fraction=0",
           "--set", "model.kernel=linear"]
 LONG_LINE_BYTES = 80_000_000
@@ -245,7 +245,7 @@ def test_nul_bytes_are_refused_at_once_in_bounded_memory(model, tmp_path, case):
 
 
 # ---------------------------------------------------------------------------------------------
-# line ends: CR alone is refused (CRLF is read as LF: tests/test_robustness.py)
+# line ends: CR alone is refused (CRLF is read as LF: tests/cli/test_bad_input_files.py)
 # ---------------------------------------------------------------------------------------------
 
 

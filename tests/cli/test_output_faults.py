@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from test_robustness import corpus, snapshot  # noqa: F401  (the tiny corpus fixture)
-from test_signals import model  # noqa: F401  (a tiny default model: tagging without TensorFlow)
+from helpers.files import snapshot
+from helpers.tiny_model import corpus  # noqa: F401  (the tiny corpus fixture)
+from helpers.tiny_model import model_of_the_default_training  # noqa: F401  (the fixture `model`: tagging without TensorFlow)
 
 
 def gpseq(*args, file_size_limit: int | None = None):

@@ -12,17 +12,9 @@ import time
 
 import pytest
 
-from test_cli import invoke
-from test_robustness import corpus, snapshot  # noqa: F401  (the tiny corpus fixture)
-
-
-@pytest.fixture(scope="module")
-def model(corpus, tmp_path_factory):  # noqa: F811
-    """A tiny default model (the NumPy predictive: tagging starts without TensorFlow)."""
-    path = tmp_path_factory.mktemp("signals") / "model"
-    result = invoke("train", corpus, "-o", path, "--features", "ner")
-    assert result.exit_code == 0, result.stderr
-    return path
+from helpers.files import snapshot
+from helpers.tiny_model import corpus  # noqa: F401  (the tiny corpus fixture)
+from helpers.tiny_model import model_of_the_default_training  # noqa: F401  (the fixture `model`: tagging without TensorFlow)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"])

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402  (the top-level typer app, as `python cli.py` runs it)

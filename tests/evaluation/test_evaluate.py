@@ -16,7 +16,6 @@ from gpseq.evaluation.evaluate import (aurc, brier_score, chunk_scores, evaluate
                                        reliability_diagram, risk_coverage, selective_error)
 
 
-# ---- a reference: conlleval's streaming chunk counter, written out from its definition ---------
 def _conlleval_split(label):
     head, sep, tail = label.partition("-")
     return (head, tail) if sep else (label, "")
@@ -153,7 +152,6 @@ def test_pos_labels_give_no_chunk_scores():
     assert evaluate([["B-NP"]], [["B-NP"]], scheme=None).chunk_f1 is None
 
 
-# ---- calibration, Brier, NLL: hand-computed cases --------------------------------------------
 def test_ece_hand_computed():
     confidence = np.array([0.05, 0.25, 0.3, 0.6, 0.9, 0.95, 1.0])
     correct = np.array([0, 1, 0, 1, 1, 0, 1], dtype=bool)
@@ -265,7 +263,6 @@ def test_plots_write_through_a_symlink_and_keep_an_existing_files_mode(tmp_path)
         assert target.stat().st_mode & 0o777 == 0o640
 
 
-# ---- confidence of the returned labels; selective prediction (risk–coverage) -----------------
 def _aurc_by_definition(confidence, correct):
     """(AURC, [N] risk) for one ranking: tokens sorted by confidence descending, ties broken by
     position (a stable sort); risk(k) = errors among the first k / k; AURC = mean over k."""
@@ -375,3 +372,26 @@ def test_confidence_is_that_of_the_returned_label_not_the_argmax():
     # without probabilities there is nothing to rank by
     bare = evaluate(gold, predicted, scheme=None).to_dict()
     assert bare["aurc"] is None and bare["error_at_90"] is None and bare["ece_argmax"] is None
+
+
+def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
+    """A report made with n_bins=10 drew its diagram with 15 bins unless told again: the 10 bins'
+    mean confidences were re-binned, and the plot's ECE was not the report's. Hand-computed: two
+    tokens, p(returned) 0.48 (correct) and 0.52 (wrong), lie in 10-bin bins (0.4, 0.5] and (0.5, 0.6],
+    ECE = ½·|1 − 0.48| + ½·|0 − 0.52| = 0.52 (15 bins would merge them: ECE 0)."""
+    import gpseq.evaluation.evaluate as evaluate_module
+    from gpseq.evaluation.metrics import expected_calibration_error
+
+    probabilities = [np.array([[0.48, 0.52], [0.48, 0.52]])]
+    report = evaluate_module.evaluate([["A", "A"]], [["A", "B"]], labels=["A", "B"], probabilities=probabilities,
+                                      scheme=None, n_bins=10)
+    assert report.ece == pytest.approx(0.52, abs=1e-12)
+    seen = {}
+
+    def spy(confidence, correct, path, n_bins=15, **_):
+        seen["ece"] = expected_calibration_error(confidence, correct, n_bins)
+        return path
+
+    monkeypatch.setattr(evaluate_module, "reliability_diagram", spy)
+    report.reliability_diagram(tmp_path / "r.png")
+    assert seen["ece"] == pytest.approx(0.52, abs=1e-12)

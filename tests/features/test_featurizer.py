@@ -464,7 +464,7 @@ def test_text_only_attributes_never_import_spacy():
 def test_fit_in_blocks_builds_the_vocabulary_of_a_fit_on_the_whole_corpus(preset, min_count, max_features):
     """`fit` reads its sentences a block at a time (counts of distinct features merged between
     blocks, under value spaces that grow): the same columns, names and rows as one block."""
-    from conftest import SAMPLE
+    from helpers import SAMPLE
 
     from gpseq.corpora import read_conll
 

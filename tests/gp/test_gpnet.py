@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.gp import rbf, regression
+
 from gpseq.errors import ConfigError
 from gpseq.gp import GPNet, RandomFeatures
 from gpseq.gp.gpnet import beta_schedule
@@ -16,23 +18,12 @@ from gpseq.gp.likelihoods import Bernoulli, Gaussian, Softmax
 from gpseq.training.trainer import Trainer
 
 
-def _rbf(X, Y, variance, lengthscale):
-    d2 = ((X[:, None, :] - Y[None, :, :]) / lengthscale) ** 2
-    return variance * np.exp(-0.5 * d2.sum(-1))
-
-
-def _regression(seed=0, N=30):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-3, 3, (N, 1))
-    return X, np.sin(2 * X) + 0.1 * rng.normal(size=(N, 1))
-
-
 def _exact_gp(X, Y, Xs, variance, lengthscale, noise):
     """Exact GP-regression posterior of f at Xs: mean [M, 1], covariance [M, M]."""
-    K = _rbf(X, X, variance, lengthscale) + noise * np.eye(len(X))
-    Ks = _rbf(Xs, X, variance, lengthscale)
+    K = rbf(X, X, variance, lengthscale) + noise * np.eye(len(X))
+    Ks = rbf(Xs, X, variance, lengthscale)
     mean = Ks @ np.linalg.solve(K, Y)
-    cov = _rbf(Xs, Xs, variance, lengthscale) - Ks @ np.linalg.solve(K, Ks.T)
+    cov = rbf(Xs, Xs, variance, lengthscale) - Ks @ np.linalg.solve(K, Ks.T)
     return mean, cov
 
 
@@ -61,7 +52,7 @@ def test_random_fourier_features_error_falls_as_one_over_sqrt_features():
     """RMS error of φ(x)ᵀφ(x') against the RBF kernel, averaged over 12 draws of the frequencies:
     ×4 features must halve it (Monte Carlo rate F^{-1/2}); 12 draws put the mean ratio within ±0.1 of 1/2."""
     X = np.random.default_rng(0).normal(size=(25, 3))
-    K = _rbf(X, X, 1.7, np.array([0.9, 1.4, 2.0]))
+    K = rbf(X, X, 1.7, np.array([0.9, 1.4, 2.0]))
 
     def rms_error(F, seed):
         feats = RandomFeatures(3, F, variance=1.7, lengthscales=[0.9, 1.4, 2.0], ard=True, seed=seed)
@@ -87,7 +78,7 @@ def test_linear_features_are_the_linear_kernel_exactly():
 def test_target_with_beta_one_is_the_exact_gp_regression_update():
     """β = 1 and the whole data set as the batch: q̂(f_M) is the exact GP posterior at X_M,
     whatever the network q_{γ_t} is (randomised here)."""
-    X, Y = _regression(N=20)
+    X, Y = regression(N=20)
     X_M = np.linspace(-3.5, 3.5, 9)[:, None]
     net = GPNet(RBF(1.3, 0.7), Gaussian(0.05), X, num_data=20, num_features=60, jitter=1e-10)
     _randomise_network(net, 0)
@@ -112,7 +103,7 @@ def test_target_equals_the_gaussian_product_in_precision_form(beta):
 
     Z = np.concatenate([X_b, X_M])
     mu_t, sigma_t = _network_moments(net, Z)
-    K = _rbf(Z, Z, 1.1, 0.6)
+    K = rbf(Z, Z, 1.1, 0.6)
     lik_precision = np.zeros((9, 9))
     lik_precision[:5, :5] = np.eye(5) * N * beta / (5 * noise)
     precision = beta * np.linalg.inv(K) + (1 - beta) * np.linalg.inv(sigma_t) + lik_precision
@@ -137,7 +128,7 @@ def test_gpnet_approaches_the_exact_gp_posterior():
     variance); what remains is Adam's noise from the resampled measurement points. Adam here steps
     the lower-triangular factor (`weight_factor="lower"`, Algorithm 1's parametrisation; with the
     dense factor, the closed-form step's, the same 1,500 steps left the mean 0.034 off)."""
-    X, Y = _regression(0, N=30)
+    X, Y = regression(0, N=30)
     Xs = np.linspace(-3.5, 3.5, 30)[:, None]
     noise = 0.01
     exact_mean, exact_cov = _exact_gp(X, Y, Xs, 1.0, 0.8, noise)
@@ -162,7 +153,7 @@ def test_gpnet_fixed_point_is_the_weight_space_posterior_when_the_prior_is_the_f
     target sees a third of the data, so q keeps a minibatch noise that shrinks with β_t (0.09 at
     the last step): tolerances 0.05 on the mean (0.5 noise sd) and 0.02 on the variance (10 % of the
     largest posterior variance, 0.2 at the edges; measured 0.011)."""
-    X, Y = _regression(1, N=30)
+    X, Y = regression(1, N=30)
     Xs = np.linspace(-3.5, 3.5, 25)[:, None]
     noise = 0.01
     prior = RandomFeatures(1, 40, lengthscales=0.8, seed=3, trainable=False)
@@ -192,7 +183,7 @@ def test_gpnet_classification_and_hyperparameters_train():
     p, _ = net.predict_y(X)
     assert np.mean((p.numpy() > 0.5) == (Y > 0.5)) > 0.9
 
-    X, Y = _regression(4, N=40)
+    X, Y = regression(4, N=40)
     gauss = GPNet(RBF(1.0, 1.0), Gaussian(1.0), X, num_data=40, num_features=60, num_measurement=20)
     Trainer(gauss, learning_rate=0.03).fit([(tf.constant(X), tf.constant(Y))], max_steps=300)
     assert float(tf.convert_to_tensor(gauss.likelihood.variance)) < 0.3
@@ -213,7 +204,7 @@ def test_softmax_loss_is_finite_and_differentiable():
 
 
 def test_save_load_round_trip_as_plain_arrays(tmp_path):
-    X, Y = _regression(6, N=15)
+    X, Y = regression(6, N=15)
     net = GPNet(RBF(0.9, [0.5], ard=True), Gaussian(0.2), X, num_data=15, num_features=20, residual_hidden=4,
                 full_cov=False)
     _randomise_network(net, 7)

@@ -10,14 +10,13 @@ import pytest
 import tensorflow as tf
 from scipy.stats import multivariate_normal
 
+from helpers.gp import rbf, regression  # the exact-GP references of the GPNet tests
+
 from gpseq.errors import ConfigError
 from gpseq.gp import GPNet, GPNetTrainer
 from gpseq.gp.gpnet_training import log_marginal_likelihood, project
 from gpseq.gp.kernels import RBF
 from gpseq.gp.likelihoods import Bernoulli, Gaussian
-
-
-from test_gp_gpnet import _rbf, _regression  # noqa: E402  (the exact-GP references of the GPNet tests)
 
 
 def _phi(net, X):
@@ -108,7 +107,7 @@ def test_projection_is_the_unit_natural_gradient_step_and_matches_the_target(fac
 def test_one_closed_form_step_with_beta_one_puts_the_exact_gp_posterior_at_the_measurement_points():
     """β = 1, the whole data as the batch: after one step, q(f_M) is the exact GP posterior at the
     step's measurement points (Adam off: hyperparameters fixed, feature map frozen)."""
-    X, Y = _regression(2, N=20)
+    X, Y = regression(2, N=20)
     from gpseq.gp import RandomFeatures
     feats = RandomFeatures(1, 300, lengthscales=0.8, seed=4, trainable=False)
     net = GPNet(RBF(1.0, 0.8), Gaussian(0.05), X, num_data=20, features=feats, num_measurement=5,
@@ -118,26 +117,26 @@ def test_one_closed_form_step_with_beta_one_puts_the_exact_gp_posterior_at_the_m
     seed = tf.constant([0, 0], tf.int32)
     X_M = net.measurement_points(tf.unstack(tf.random.experimental.stateless_split(seed, 2))[0], X).numpy()
     trainer.step((X, Y))
-    K = _rbf(X, X, 1.0, 0.8) + 0.05 * np.eye(20)
-    Ks = _rbf(X_M, X, 1.0, 0.8)
+    K = rbf(X, X, 1.0, 0.8) + 0.05 * np.eye(20)
+    Ks = rbf(X_M, X, 1.0, 0.8)
     exact_mean = Ks @ np.linalg.solve(K, Y)
-    exact_cov = _rbf(X_M, X_M, 1.0, 0.8) - Ks @ np.linalg.solve(K, Ks.T)
+    exact_cov = rbf(X_M, X_M, 1.0, 0.8) - Ks @ np.linalg.solve(K, Ks.T)
     mean, cov = net.predict_f_full(X_M)
     np.testing.assert_allclose(mean.numpy(), exact_mean, atol=1e-6)
     np.testing.assert_allclose(cov.numpy()[0], exact_cov, atol=1e-6)
 
 
 def test_closed_form_training_approaches_the_exact_gp_posterior():
-    """The setting of test_gp_gpnet's Adam test (F = 200 features whose own posterior is off by
+    """The setting of tests/gp/test_gpnet.py's Adam test (F = 200 features whose own posterior is off by
     > 0.1), closed-form steps (default ridge) instead: 300 steps (the Adam run needs 1,500) reach
     the same tolerances, mean within 0.03 (0.3 noise sd) and variance within 0.01 (6 % of the
     largest posterior variance); measured 0.004 and 0.001."""
     from gpseq.gp import RandomFeatures
-    X, Y = _regression(0, N=30)
+    X, Y = regression(0, N=30)
     Xs = np.linspace(-3.5, 3.5, 30)[:, None]
     noise = 0.01
-    K = _rbf(X, X, 1.0, 0.8) + noise * np.eye(30)
-    Ks = _rbf(Xs, X, 1.0, 0.8)
+    K = rbf(X, X, 1.0, 0.8) + noise * np.eye(30)
+    Ks = rbf(Xs, X, 1.0, 0.8)
     exact_mean = Ks @ np.linalg.solve(K, Y)
     exact_var = 1.0 - np.sum(Ks * np.linalg.solve(K, Ks.T).T, 1)
     feats = RandomFeatures(1, 200, variance=1.0, lengthscales=0.8, seed=3)
@@ -150,9 +149,9 @@ def test_closed_form_training_approaches_the_exact_gp_posterior():
 
 
 def test_log_marginal_likelihood_is_the_gaussian_density():
-    X, Y = _regression(3, N=15)
+    X, Y = regression(3, N=15)
     net = GPNet(RBF(1.4, 0.7), Gaussian(0.2), X, num_data=15, num_features=10, jitter=1e-12)
-    expected = multivariate_normal(np.zeros(15), _rbf(X, X, 1.4, 0.7) + 0.2 * np.eye(15)).logpdf(Y[:, 0])
+    expected = multivariate_normal(np.zeros(15), rbf(X, X, 1.4, 0.7) + 0.2 * np.eye(15)).logpdf(Y[:, 0])
     np.testing.assert_allclose(float(log_marginal_likelihood(net, X, Y)), expected, rtol=1e-9)
 
 
@@ -183,7 +182,7 @@ def test_pretrain_finds_the_exact_gp_hyperparameters_of_scikit_learn():
 
 
 def test_fit_learns_a_regression_and_classification_keeps_the_gradient_step():
-    X, Y = _regression(6, N=200)
+    X, Y = regression(6, N=200)
     net = GPNet(RBF(1.0, 1.0), Gaussian(1.0), X, num_data=200, num_features=100, num_measurement=50)
     trainer = net.fit(X, Y, max_steps=100, batch_size=50)
     assert trainer.closed_form and trainer.step_count == 100
@@ -235,7 +234,7 @@ def test_closed_form_steps_with_beta_one_over_t_give_the_tempered_posterior_of_e
 def test_pretrained_trainer_holds_the_feature_map_it_set():
     """`GPNetTrainer.pretrained`: after exact-GP pre-training the feature map (set from the fitted
     kernel) takes no Adam step, the kernel and noise still do; without pre-training it is learned."""
-    X, Y = _regression(3, N=60)
+    X, Y = regression(3, N=60)
     net = GPNet(RBF(1.0, 1.0), Gaussian(1.0), X, num_data=60, num_features=20)
     trainer = GPNetTrainer.pretrained(net, X, Y)
     held = {v.ref() for v in net.features.trainable_variables}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import random_q
+from helpers.gp import random_q
 from gpseq.errors import ConfigError
 from gpseq.gp.deep import DeepGP, GPLayer
 from gpseq.gp.kernels import RBF, Linear, Matern32

@@ -216,7 +216,7 @@ def test_info_shows_the_fitted_variance_scale(tmp_path):
     scores), and says when a scale is at its floor."""
     import json
 
-    from test_cli import invoke
+    from helpers.cli import invoke
 
     corpus = tmp_path / "train.conll"
     corpus.write_text("".join(f"the\tD\nn{i}\tN\nsat\tV\n\n" for i in range(32)))  # each noun once

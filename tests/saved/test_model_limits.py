@@ -1,78 +1,33 @@
-"""Crafted models and hostile options are refused with one line, before they cost memory or time.
+"""Crafted models are refused with one line, before they cost memory or time.
 
 A model directory is data from anywhere: every case below starts from a copy of one tiny trained
-model (`test_robustness`'s fixtures), crafts one file of it (a tamperer updates the manifest and
-the checksums to match, so the crafted content reaches the reader), and runs `python -m gpseq info`
+model (`helpers.tiny_model`), crafts one file of it (a tamperer updates the manifest and the
+checksums to match, so the crafted content reaches the reader), and runs `python -m gpseq info`
 (or `tag`) in a subprocess under a wrapper interpreter that reports the command's peak RSS. Each
 must exit 3 with one stderr line naming the crafted file, within a timeout (a hang fails), at a
 peak RSS of at most PEAK_RSS_MB: the bombs inflate to a GiB, /dev/zero and FIFOs never end.
-
-Options: each bad value exits 4 with one line before any work (training and loading are patched to
-fail the test, and no output is created).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_cli import invoke, one_line
-from test_robustness import _subprocess_env, corpus, model  # noqa: F401  (fixtures: a tiny trained model)
+from helpers.peak_rss import assert_refused, run_gpseq
+from helpers.tiny_model import corpus, model  # noqa: F401  (fixtures: a tiny trained model)
 
-from gpseq.config import MAX_NBEST, MAX_SAMPLES, TaggerConfig
-from gpseq.errors import ConfigError, ModelFormatError, NumericalError
-from gpseq.features.config import MAX_WINDOW, FeatureConfig
+from gpseq.errors import ModelFormatError, NumericalError
 from gpseq.saved.meta import MAX_LABELS, check_array_values
-from gpseq.structured.config import ModelConfig
-from gpseq.training.config import TrainingConfig
 
-PEAK_RSS_MB = 300
-TIMEOUT_S = 120
+
 BOMB_BYTES = 1 << 30  # what each zip bomb inflates to: far past PEAK_RSS_MB
-
-# Runs argv[2:] with a timeout of argv[1] seconds (killing it then) and prints its exit code (or
-# "timeout") and its peak RSS in KB: a small wrapper, so that the child's ru_maxrss is its own (a
-# child forked from the test process would start from the test process's high-water mark)
-WRAPPER = """
-import resource, subprocess, sys
-try:
-    code = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, timeout=float(sys.argv[1])).returncode
-except subprocess.TimeoutExpired:
-    code = "timeout"
-print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-"""
-
-
-def run_gpseq(*args) -> tuple[int | str, float, str]:
-    """`python -m gpseq ARGS` in a fresh process: (exit code or "timeout", peak RSS in MB, stderr)."""
-    done = subprocess.run([sys.executable, "-c", WRAPPER, str(TIMEOUT_S), sys.executable, "-m", "gpseq",
-                           *map(str, args)], capture_output=True, text=True, env=_subprocess_env(),
-                          timeout=TIMEOUT_S + 60)
-    code, peak_kb = done.stdout.split()
-    return (int(code) if code != "timeout" else code), int(peak_kb) / 1024, done.stderr
-
-
-def assert_refused(result, path: Path | None, problem: str, code: int = 3) -> None:
-    """Exit `code`, one stderr line `error: PATH: …` (`error: …` for an option: `path` None) holding
-    `problem`, peak RSS within PEAK_RSS_MB."""
-    exit_code, peak_mb, stderr = result
-    assert exit_code == code, stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith(f"error: {path}: " if path is not None else "error: ") and problem in lines[0], \
-        lines[0]
-    assert peak_mb <= PEAK_RSS_MB, f"peak RSS {peak_mb:.0f} MB"
 
 
 def sha(path: Path) -> str:
@@ -147,11 +102,6 @@ def bombs(model, tmp_path_factory) -> dict[str, Path]:
     write_npz(out["vocabulary table"], {k: v for k, v in vocabulary.items() if k != "columns_1"},
               {"columns_1": ([BOMB_BYTES // 4], "<i4", BOMB_BYTES)})
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# crafted arrays.npz and vocabulary.npz: checked in the .npy headers, before decompressing
-# ---------------------------------------------------------------------------------------------
 
 
 def test_arrays_zip_bomb_is_refused_from_its_header(crafted, bombs):
@@ -234,11 +184,6 @@ def test_labels_past_the_limit_are_refused_before_reading_arrays(crafted):
                    f"{MAX_LABELS + 1:,} labels; gpseq tags with at most {MAX_LABELS:,}")
 
 
-# ---------------------------------------------------------------------------------------------
-# files that are not regular files inside the model directory
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("name", ["tagger.json", "arrays.npz", "features/featurizer.json",
                                   "features/vocabulary.npz"])
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "legacy"])
@@ -299,11 +244,6 @@ def test_the_model_directory_itself_may_be_a_symbolic_link(crafted, tmp_path):
     assert code == 0, stderr
 
 
-# ---------------------------------------------------------------------------------------------
-# values: a model that would tag NaN is refused at load (and never saved)
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("name, value, problem", [
     ("var:pairwise_mean", np.nan, "array 'var:pairwise_mean' holds NaN"),
     ("var:linear/q_mu", np.inf, "array 'var:linear/q_mu' holds infinite values"),
@@ -331,11 +271,6 @@ def test_check_array_values_refuses_to_save_what_would_tag_nan(tmp_path):
         check_array_values(tmp_path, {**good, "var:temperature": np.float32(0)})
 
 
-# ---------------------------------------------------------------------------------------------
-# deeply nested JSON
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("name", ["tagger.json", "features/featurizer.json"])
 def test_deeply_nested_json_is_one_line(crafted, name):
     path = crafted / name
@@ -346,135 +281,3 @@ def test_deeply_nested_json_is_one_line(crafted, name):
     if name != "tagger.json":
         update_manifest(crafted, name)
     assert_refused(run_gpseq("info", crafted), path, "nested too deeply")
-
-
-# ---------------------------------------------------------------------------------------------
-# options: checked before any work
-# ---------------------------------------------------------------------------------------------
-
-
-class WorkStarted(Exception):
-    """Raised by the patched Tagger.train / Tagger.load: the command got past its checks."""
-
-
-@pytest.fixture()
-def no_work(monkeypatch):
-    from gpseq.tagger import Tagger
-
-    def started(*args, **kwargs):
-        raise WorkStarted
-
-    monkeypatch.setattr(Tagger, "train", started)
-    monkeypatch.setattr(Tagger, "load", started)
-
-
-@pytest.fixture()
-def no_fit(monkeypatch):
-    """The first work of a training, after its corpus is scanned: fitting the featurizer."""
-    from gpseq.features import Featurizer
-
-    def started(*args, **kwargs):
-        raise WorkStarted
-
-    monkeypatch.setattr(Featurizer, "fit", started)
-
-
-def _invoke_refused(*args, problem: str):
-    result = invoke(*args)
-    assert result.exit_code == 4, result.stderr
-    line = one_line(result)
-    assert problem in line, line
-    return line
-
-
-@pytest.mark.parametrize("assignment, problem", [
-    ("tag_scheme=xyz", "unknown tag scheme 'xyz'"),
-    ("model.prior_variance=-1", "model.prior_variance must be a finite number > 0, got -1"),
-    ("model.prior_variance=NaN", "model.prior_variance must be a finite number > 0, got nan"),
-    ('model.prior_variance="abc"', "model.prior_variance must be a finite number > 0, got 'abc'"),
-    ("model.prior_variance=true", "model.prior_variance must be a finite number > 0, got True"),
-    ("model.num_inducing=0", "model.num_inducing must be an integer >= 1"),
-    ("training.seed=-1", "training.seed must be an integer >= 0 and <= 2,147,483,647, got -1"),
-    ("training.seed=1e30", "training.seed must be an integer >= 0 and <= 2,147,483,647, got 1e+30"),
-    ("training.learning_rate=Infinity", "training.learning_rate must be a finite number >= 0, got inf"),
-    ("features.window=11", f"features.window must be an integer in [0, {MAX_WINDOW}], got 11"),
-    ("predict_samples=100000", f"predict_samples must be an integer >= 1 and <= {MAX_SAMPLES:,}"),
-    ("training.seed=" + "9" * 5000, "(5,000 characters) is not a value a configuration holds"),
-    ('features.conjunctions=[[["lower","x"]]]', "invalid tagger configuration: invalid literal for int()"),
-])
-def test_bad_training_options_are_refused_before_training(corpus, tmp_path, no_work, assignment, problem):
-    out = tmp_path / "out"
-    _invoke_refused("train", corpus, "-o", out, "--set", assignment, problem=problem)
-    assert sorted(tmp_path.iterdir()) == []  # no model, no checkpoint, no lock
-
-
-def test_a_huge_window_is_refused_before_any_template_is_built(corpus, tmp_path):
-    """features.window=1000000 built two million templates (7.5 GB) before failing."""
-    result = run_gpseq("train", corpus, "-o", tmp_path / "out", "--set", "features.window=1000000")
-    assert_refused(result, None, f"features.window must be an integer in [0, {MAX_WINDOW}], got 1000000", code=4)
-    assert not (tmp_path / "out").exists()
-
-
-def _labelled_file(path: Path, n_labels: int) -> Path:
-    path.write_text("".join(f"w{i} L{i}\n" + ("\n" if i % 50 == 49 else "") for i in range(n_labels)),
-                    encoding="utf-8")
-    return path
-
-
-def test_too_many_labels_are_refused_naming_the_training_file(tmp_path, no_fit):
-    """100,000 labels asked 74.5 GiB of one pairwise array."""
-    train = _labelled_file(tmp_path / "many.conll", 100_000)
-    line = _invoke_refused("train", train, "-o", tmp_path / "out", "--features", "ner",
-                           problem=f"more than {MAX_LABELS:,} distinct labels")
-    assert line.startswith(f"error: {train}: ")
-    assert not (tmp_path / "out").exists()
-
-
-def test_labels_up_to_the_limit_reach_training(tmp_path, no_fit):
-    train = _labelled_file(tmp_path / "many.conll", MAX_LABELS)
-    with pytest.raises(WorkStarted):
-        invoke("train", train, "-o", tmp_path / "out", "--features", "ner")
-
-
-@pytest.mark.parametrize("option, value, problem", [
-    ("--nbest", 1_000_000, f"--nbest must be in [0, {MAX_NBEST}]"),
-    ("--samples", 100_000, f"--samples must be in [1, {MAX_SAMPLES:,}]"),
-])
-def test_bad_tag_options_are_refused_before_loading(model, tmp_path, no_work, option, value, problem):
-    notes = tmp_path / "notes.txt"
-    notes.write_text("The committee approved the budget.\n", encoding="utf-8")
-    _invoke_refused("tag", model, notes, option, value, "-o", tmp_path / "out.conll", problem=problem)
-    assert not (tmp_path / "out.conll").exists()
-    with pytest.raises(WorkStarted):  # the limits themselves are allowed
-        invoke("tag", model, notes, option, MAX_NBEST if option == "--nbest" else MAX_SAMPLES)
-
-
-# ---------------------------------------------------------------------------------------------
-# every numeric configuration field: type, finiteness and range
-# ---------------------------------------------------------------------------------------------
-
-
-def _numeric_fields():
-    for section, cls in (("features", FeatureConfig), ("model", ModelConfig), ("training", TrainingConfig),
-                         (None, TaggerConfig)):
-        for field in dataclasses.fields(cls):
-            if field.type in ("int", "float", "int | None", "float | None"):
-                yield section, field.name
-
-
-@pytest.mark.parametrize("section, name", list(_numeric_fields()))
-@pytest.mark.parametrize("bad", ["abc", True, math.nan, -1])
-def test_every_numeric_field_is_checked(section, name, bad):
-    data = TaggerConfig().to_dict()
-    (data[section] if section else data)[name] = bad
-    with pytest.raises(ConfigError, match=name):
-        TaggerConfig.from_dict(data).validate()
-
-
-@pytest.mark.parametrize("grid", ["prior_variance_grid", "pairwise_variance_grid", "l1_grid"])
-@pytest.mark.parametrize("bad", ["abc", True, math.nan, -1])
-def test_grid_values_are_checked(grid, bad):
-    data = TaggerConfig().to_dict()
-    data["training"][grid] = [1.0, bad]
-    with pytest.raises(ConfigError, match=grid):
-        TaggerConfig.from_dict(data).validate()

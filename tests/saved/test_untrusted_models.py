@@ -7,7 +7,7 @@ beside the model (the working directory of `python -m gpseq`) or inside it would
 file, `venv.__main__:main` would turn the model directory into a virtualenv (`pyvenv.cfg`), and
 `antigravity:geohash` would open a browser, which `BROWSER` turns into a command creating a
 sentinel. The user's own plug-ins still load: allowed by name (`--allow-plugin`,
-`Tagger.load(likelihoods=…)`) or registered in their environment (tests/test_likelihood_plugins.py).
+`Tagger.load(likelihoods=…)`) or registered in their environment (tests/structured/test_likelihood_plugins.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from test_robustness import corpus, model, snapshot  # noqa: F401  (the tiny model fixtures)
+from helpers.files import snapshot
+from helpers.tiny_model import corpus, model  # noqa: F401  (the tiny model fixtures)
 
 ATTACKS = ["venv.__main__:main", "antigravity:geohash", "payload:run", "payload_in_model.payload:run"]
 PAYLOAD = "import pathlib\npathlib.Path({sentinel!r}).write_text('ran')\ndef run(*args):\n    return 0.0\n"

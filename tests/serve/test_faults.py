@@ -39,8 +39,8 @@ pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "corpora" / "sample"
+from helpers import ROOT, SAMPLE  # noqa: E402
+
 WAIT = 60.0  # seconds any test waits for a thread, a request or a server, at most
 START = 240.0  # seconds a server may take to start (TensorFlow's import, the model's warm-up)
 TIMEOUT = 1.0  # --timeout of the single-process server (seconds)

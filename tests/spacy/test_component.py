@@ -9,18 +9,24 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import train_sample_pos_and_chunker
+
+from helpers import ROOT
+from helpers.sample_models import train_sample_pos_and_chunker
 
 spacy = pytest.importorskip("spacy")
 
-ROOT = Path(__file__).resolve().parents[1]
+
 PIPELINE_CFG = ROOT / "pipelines" / "en_chunker.cfg"
+
+
 PRETRAINED_POS = ROOT / "models" / "en_pos_conll2000"
+
+
 PRETRAINED_CHUNK = ROOT / "models" / "en_chunk_conll2000"
+
 
 TEXTS = [
     "The company said sales fell sharply in the third quarter.  Profits rose.",

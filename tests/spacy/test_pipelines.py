@@ -1,5 +1,6 @@
-"""Edge cases of the spaCy component and of `gpseq evaluate`: whitespace-only Docs in a POS → chunker
-pipeline, span extensions already registered by someone else, option errors of the command."""
+"""The spaCy component among others in a pipeline: whitespace-only Docs in a POS → chunker pipeline,
+span and token extensions already registered by someone else or by a second component, the entities
+of an earlier entity_ruler, a later component merging tokens, and settings out of range."""
 
 from __future__ import annotations
 
@@ -7,17 +8,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import train_sample_pos_and_chunker
+
+from helpers.sample_models import models  # noqa: F401
 
 spacy = pytest.importorskip("spacy")
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict:
-    """Tiny models trained on the bundled sample: a POS tagger (column 1) and a chunker (POS features)."""
-    from gpseq.structured.model import ModelConfig
-
-    return train_sample_pos_and_chunker(tmp_path_factory.mktemp("review_models"), ModelConfig(kernel="linear"))
 
 
 def _pipeline(models, **chunk_config):
@@ -80,62 +74,6 @@ def test_a_span_extension_someone_else_set_is_refused(models, how):
     assert all(0.0 < span._.review_span_prob <= 1.0 for span in doc.spans["other"])
 
 
-@pytest.mark.parametrize("samples", ["-2", "0"])
-def test_evaluate_refuses_a_non_positive_samples_in_one_line(models, tmp_path, samples):
-    """`gpseq evaluate --samples -2` ended in a TensorFlow traceback ("Dimension -2 must be >= 0") and
-    exit 1; `--samples 0` silently used the model's default draws. Now one line and exit 4, as `tag`."""
-    from typer.testing import CliRunner
-
-    from gpseq import cli
-
-    corpus = tmp_path / "test.conll"
-    corpus.write_text("The DT B-NP\ncat NN I-NP\nsat VBD B-VP\n\n", encoding="utf-8")
-    before = corpus.read_bytes()
-    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--samples", samples])
-    assert result.exit_code == 4, result.output
-    lines = result.output.strip().splitlines()
-    assert lines == [f"error: --samples must be in [1, 1,000] (Monte Carlo draws; memory grows with them); "
-                     f"got {samples}"]
-    assert corpus.read_bytes() == before
-
-
-def test_evaluate_refuses_bins_below_one_before_tagging(models, tmp_path):
-    """`--bins 0` failed only after the whole corpus was tagged, with "n_bins must be >= 1" (no option
-    named); now at once, naming --bins."""
-    from typer.testing import CliRunner
-
-    from gpseq import cli
-
-    corpus = tmp_path / "test.conll"
-    corpus.write_text("The DT B-NP\ncat NN I-NP\n\n", encoding="utf-8")
-    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--bins", "0"])
-    assert result.exit_code == 4, result.output
-    assert result.output.strip().splitlines() == ["error: --bins must be in [1, 10,000]; got 0"]
-
-
-def test_report_reliability_diagram_uses_the_report_bins(tmp_path, monkeypatch):
-    """A report made with n_bins=10 drew its diagram with 15 bins unless told again: the 10 bins'
-    mean confidences were re-binned, and the plot's ECE was not the report's. Hand-computed: two
-    tokens, p(returned) 0.48 (correct) and 0.52 (wrong), lie in 10-bin bins (0.4, 0.5] and (0.5, 0.6],
-    ECE = ½·|1 − 0.48| + ½·|0 − 0.52| = 0.52 (15 bins would merge them: ECE 0)."""
-    import gpseq.evaluation.evaluate as evaluate_module
-    from gpseq.evaluation.metrics import expected_calibration_error
-
-    probabilities = [np.array([[0.48, 0.52], [0.48, 0.52]])]
-    report = evaluate_module.evaluate([["A", "A"]], [["A", "B"]], labels=["A", "B"], probabilities=probabilities,
-                                      scheme=None, n_bins=10)
-    assert report.ece == pytest.approx(0.52, abs=1e-12)
-    seen = {}
-
-    def spy(confidence, correct, path, n_bins=15, **_):
-        seen["ece"] = expected_calibration_error(confidence, correct, n_bins)
-        return path
-
-    monkeypatch.setattr(evaluate_module, "reliability_diagram", spy)
-    report.reliability_diagram(tmp_path / "r.png")
-    assert seen["ece"] == pytest.approx(0.52, abs=1e-12)
-
-
 def test_ents_task_keeps_the_entities_of_an_earlier_entity_ruler(models):
     """`task: ents` replaced doc.ents wholesale, deleting what an entity_ruler before it had set
     (spaCy's own ner keeps them). Now the ruler's entities stay and the predicted chunks that do not
@@ -181,40 +119,6 @@ def test_token_probabilities_follow_the_tokens_when_a_later_component_merges_som
             assert np.isnan(rows[token.i]).all()
         else:
             np.testing.assert_array_equal(rows[token.i], list(expected.values()))
-
-
-def test_evaluate_plot_never_replaces_a_pipe_and_writes_through_a_symlink(models, tmp_path):
-    """`--plot` wrote by renaming a temporary file onto the path: a FIFO (or a device such as
-    /dev/null) given there was replaced by a regular file, and a symlink by a file while its target
-    kept the old image. Now a pipe or device is refused in one line before any work, and a symlink
-    is written through (the link kept), as `-o` does."""
-    import os
-    import stat
-
-    from typer.testing import CliRunner
-
-    from gpseq import cli
-    from gpseq.cli.outputs import PNG_SIGNATURE
-
-    corpus = tmp_path / "test.conll"
-    corpus.write_text("The DT B-NP\ncat NN I-NP\nsat VBD B-VP\n\n", encoding="utf-8")
-    fifo = tmp_path / "fifo.png"
-    os.mkfifo(fifo)
-    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--plot", str(fifo)])
-    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    assert result.exit_code == 2, result.output
-    assert result.output.strip().splitlines() == [
-        f"error: {fifo}: is not a regular file (a device or a pipe); --plot writes a PNG file there"]
-
-    real = tmp_path / "images" / "real.png"
-    real.parent.mkdir()
-    real.write_bytes(PNG_SIGNATURE)  # an earlier (stub) image
-    link = tmp_path / "link.png"
-    link.symlink_to(real)
-    result = CliRunner().invoke(cli.app, ["evaluate", str(models["chunk"]), str(corpus), "--plot", str(link)])
-    assert result.exit_code == 0, result.output
-    assert link.is_symlink() and os.readlink(link) == str(real)
-    assert real.read_bytes().startswith(PNG_SIGNATURE) and real.stat().st_size > 1000
 
 
 def test_two_components_with_the_same_token_extension_are_refused(models):

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import ROOT
+
 spacy = pytest.importorskip("spacy")
 
-ROOT = Path(__file__).resolve().parents[1]
 NER_CFG = ROOT / "pipelines" / "gpseq_ner_train.cfg"
 
 PEOPLE = [["John", "Smith"], ["Mary"], ["Ana", "Lopez"], ["Peter"], ["Li", "Wei"], ["Sarah", "Connor"]]

@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import numpy_chain_likelihood
+import numpy_chain_likelihood  # tests/numpy_chain_likelihood.py, a user's plug-in module
+from helpers import ROOT, TESTS
+
 from gpseq.errors import ConfigError
 from gpseq.structured.config import ModelConfig
 from gpseq.structured.likelihoods import BlackBoxLikelihood, likelihood_by_name
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
 PLUGIN = "numpy_chain_likelihood:log_likelihood"
 # the same small SVI run for the plug-in and the built-in likelihood (only --likelihood differs)
@@ -155,7 +156,7 @@ def test_validating_a_plugin_config_imports_nothing():
     code = ("import sys; from gpseq.config import TaggerConfig; from gpseq.structured.config import ModelConfig; "
             f"TaggerConfig(model=ModelConfig(likelihood={PLUGIN!r}, estimator='score')).validate(); "
             "print('tensorflow' in sys.modules, 'numpy_chain_likelihood' in sys.modules)")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.split() == ["False", "False"]
 

@@ -1,7 +1,8 @@
 """The one NumPy linear chain (`gpseq.structured.numpy_chain`) against brute-force enumeration of
 every label path of tiny random chains: the forward–backward's marginals, pair sums and log Z,
 the scaled messages of several chains at once (log α, log β), and the k-best Viterbi's paths and
-scores, in time-major order and through a padded batch with an empty sentence."""
+scores, in time-major order and through a padded batch with an empty sentence; and against the
+TensorFlow log-space chain."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import itertools
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy.special import logsumexp
 
+from gpseq.structured import chain
 from gpseq.structured.numpy_chain import TimeMajor, nbest_viterbi, padded_layout, viterbi
 
 
@@ -129,3 +132,27 @@ def test_a_padded_batch_with_an_empty_sentence():
     assert sorted(batch_sentence) == [0, 2, 3] and len(sentence) == lengths.sum()
     assert set(zip(sentence, position)) == {(b, t) for b, L in enumerate(lengths) for t in range(L)}
     assert padded_layout(np.zeros(2, np.int64))[0] is None
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_time_major_numpy_chain_equals_the_log_space_chain(scale):
+    rng = np.random.default_rng(6)
+    lengths = np.array([7, 1, 3, 2, 6, 3])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    V = 4
+    unary = rng.normal(size=(offsets[-1], V)) * scale
+    pairwise = rng.normal(size=(V, V)) * scale / 3
+    layout = TimeMajor(offsets)
+    marg, pair_sum, log_z = layout.forward_backward(unary[layout.order], pairwise)
+    padded = np.zeros((len(lengths), lengths.max(), V))
+    for b, length in enumerate(lengths):
+        padded[b, :length] = unary[offsets[b]:offsets[b + 1]]
+    ref_marg, ref_pair = chain.marginals(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32))
+    ref_z = chain.log_partition(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32)).numpy()
+    mine = np.zeros_like(padded)
+    corpus_token = layout.order  # time-major row → corpus token
+    sentence = np.repeat(np.arange(len(lengths)), lengths)[corpus_token]
+    mine[sentence, corpus_token - offsets[sentence]] = marg
+    np.testing.assert_allclose(mine, ref_marg.numpy(), atol=1e-10)
+    np.testing.assert_allclose(pair_sum, tf.reduce_sum(ref_pair, [0, 1]).numpy(), atol=1e-9)
+    np.testing.assert_allclose(log_z, ref_z[layout.sentences], rtol=1e-12)

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.tiny_design import tiny_batch, tiny_data
+
 from gpseq.errors import ConfigError
 from gpseq.structured import estimators
 from gpseq.structured.model import ModelConfig, build_structured_gp
 from gpseq.training.trainer import Trainer
-from test_tagger import _batch, _tiny_data  # noqa: E402  (the tiny hand-made sparse design)
 
 
 def _model(estimator, K=1, kernel="linear+rbf", seed=0, **overrides):
@@ -56,10 +57,10 @@ def _slices(model):
 
 @pytest.mark.parametrize("kernel, K", [("linear", 1), ("linear+rbf", 1), ("linear+rbf", 2), ("paper-rbf", 2)])
 def test_every_trainable_variable_gets_a_score_function_gradient(kernel, K):
-    data, _ = _tiny_data(seed=5, n_seq=3)
+    data, _ = tiny_data(seed=5, n_seq=3)
     model = _model("score", K, kernel)
     with tf.GradientTape() as tape:
-        loss = model.loss(_batch(data), tf.constant([1, 2]))
+        loss = model.loss(tiny_batch(data), tf.constant([1, 2]))
     for variable, grad in zip(model.trainable_variables, tape.gradient(loss, model.trainable_variables)):
         assert grad is not None, variable.name
         assert np.all(np.isfinite(tf.convert_to_tensor(grad).numpy())), variable.name
@@ -87,8 +88,8 @@ def test_score_function_gradients_agree_with_pathwise_in_expectation(K):
     hyperparameters, q(u) mean and Cholesky factor, mixture weights, pairwise mean and variance):
     the mean of 40 estimates of each estimator (S = 200 pathwise, 1600 score), |difference| < 4.5 standard errors
     (measured from the repetitions; ~100 elements, so P(max |z| > 4.5) ≈ 7e-4 if both are unbiased)."""
-    data, _ = _tiny_data(seed=5, n_seq=3)
-    batch = _batch(data)
+    data, _ = tiny_data(seed=5, n_seq=3)
+    batch = tiny_batch(data)
     pathwise, score = _model("pathwise", K), _model("score", K)
     assert [v.name for v in pathwise.trainable_variables] == [v.name for v in score.trainable_variables]
     reps = 40
@@ -113,8 +114,8 @@ def test_score_function_gradients_agree_with_pathwise_in_expectation(K):
 def test_control_variates_halve_the_gradient_variance_at_the_default_sample_count():
     """At `DEFAULT_SAMPLES["score"]` draws, the summed per-element variance of the gradient over
     400 seeded repetitions is at least 2× smaller with the control variates than without."""
-    data, _ = _tiny_data(seed=5, n_seq=3)
-    batch = _batch(data)
+    data, _ = tiny_data(seed=5, n_seq=3)
+    batch = tiny_batch(data)
     model = _model("score", 1)
     S = estimators.DEFAULT_SAMPLES["score"]
     assert model.num_samples == S
@@ -127,14 +128,14 @@ def test_control_variates_halve_the_gradient_variance_at_the_default_sample_coun
 @pytest.mark.parametrize("conditional", ["full", "diag"])
 def test_gaussian_blocks_equal_the_dense_numpy_per_sequence_gaussians(conditional):
     """`Unaries.gaussian_blocks` (the q(f_n) the estimator scores) against the dense NumPy
-    computation of seed eqs. 15–18 plus X_n diag(s_j) X_nᵀ (`test_tagger._unary_gaussians`)."""
-    from test_tagger import _tiny_model, _unary_gaussians
+    computation of seed eqs. 15–18 plus X_n diag(s_j) X_nᵀ (`helpers.tiny_design.unary_gaussians`)."""
+    from helpers.tiny_design import tiny_model, unary_gaussians
 
-    data, dense = _tiny_data(seed=3)
-    model, Z = _tiny_model(seed=3, estimator="score", rbf_conditional=conditional)
-    mean, cov = (t.numpy() for t in model.unaries.gaussian_blocks(_batch(data)))
+    data, dense = tiny_data(seed=3)
+    model, Z = tiny_model(seed=3, estimator="score", rbf_conditional=conditional)
+    mean, cov = (t.numpy() for t in model.unaries.gaussian_blocks(tiny_batch(data)))
     jitter = ModelConfig().jitter
-    for b, (means, covs) in enumerate(_unary_gaussians(model, Z, dense, data, conditional)):
+    for b, (means, covs) in enumerate(unary_gaussians(model, Z, dense, data, conditional)):
         T = data.offsets[b + 1] - data.offsets[b]
         np.testing.assert_allclose(mean[0, b, :T], means.T, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(cov[0, b, :, :T, :T], covs + jitter * np.eye(T), rtol=1e-7, atol=1e-12)

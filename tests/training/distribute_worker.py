@@ -1,8 +1,8 @@
-"""Subprocess side of tests/test_distribute.py (TensorFlow's devices must be set up before it starts).
+"""Subprocess side of tests/training/test_distribute.py (TensorFlow's devices must be set up before it starts).
 
-    python tests/distribute_worker.py mirrored-elbo OUT.json      # 2 logical CPUs: ELBOs and gradients
-    python tests/distribute_worker.py mirrored-training OUT.json  # 2 logical CPUs: training, resume, SVGP
-    python tests/distribute_worker.py train OUT.npz CKPT    # train the small model; TF_CONFIG set → multiworker
+    python tests/training/distribute_worker.py mirrored-elbo OUT.json      # 2 logical CPUs: ELBOs and gradients
+    python tests/training/distribute_worker.py mirrored-training OUT.json  # 2 logical CPUs: training, resume, SVGP
+    python tests/training/distribute_worker.py train OUT.npz CKPT    # train the small model; TF_CONFIG set → multiworker
 
 Prints nothing the test reads; results go to OUT (JSON or .npz).
 """

@@ -1,10 +1,22 @@
-"""The deterministic predictive's potentials are written twice, in NumPy for the TensorFlow-free
+"""The calibration of the default training (gpseq/training/calibration.py, `laplace.calibrate`).
+
+The deterministic predictive's potentials are written twice, in NumPy for the TensorFlow-free
 training (`training/calibration.calibrated_potentials`) and in TensorFlow for prediction
-(`structured/predict.probit_scaled`): both against the formula's meaning and against each other."""
+(`structured/predict.probit_scaled`): both against the formula's meaning and against each other.
+The fit recovers a known temperature, is the MAP temperature under its prior on a few tokens, and
+gives the same (α, T) over parts of a dev split as over the whole."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy.special import expit
+
+from helpers.laplace import sample_problem, scaled_unary_variance
+
+from gpseq.training.batching import SequenceData
+from gpseq.training.calibration import fit_calibration
+from gpseq.training.chain_objective import NumpyChainObjective
+from gpseq.training.laplace import fit_laplace
 
 
 def test_probit_scaling_matches_the_expected_sigmoid_of_a_gaussian():
@@ -132,3 +144,103 @@ def test_held_out_decodes_match_enumeration_of_every_label_path():
         viterbi = max(paths, key=lambda y: score(y, mean, pair_mean))
         assert list(path[low:high]) == list(viterbi)
     assert np.array_equal(out_gold, gold) and np.array_equal(out_offsets, offsets)
+
+
+def test_calibration_recovers_a_known_temperature():
+    """Labels drawn from softmax(u / 2); a model holding the potentials u (no variance) must fit T ≈ 2."""
+    rng = np.random.default_rng(4)
+    V, D, N = 4, 40, 6000
+    w = rng.normal(size=(D, V)) * 3.0
+    features = rng.integers(1, D, size=N)
+    logits = w[features] / 2.0
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    labels = np.array([rng.choice(V, p=row) for row in probs], np.int32)
+    data = SequenceData(sp.csr_matrix((np.ones(N), (np.arange(N), features)), shape=(N, D)),
+                        np.arange(N + 1, dtype=np.int64), labels)  # one-token sequences: the chain is a softmax
+    fitted = fit_calibration(w[features], np.zeros((N, V)), np.zeros((V, V)), np.zeros((V, V)), labels,
+                             data.offsets)
+    assert fitted["temperature"] == pytest.approx(2.0, rel=0.06)
+    assert fitted["dev_token_nll"] < fitted["dev_token_nll_uncalibrated"]
+
+
+def test_calibration_on_a_few_tokens_is_the_map_temperature_under_its_prior():
+    """With 12 one-token sentences the fitted T minimises Σ NLL + (log T)² / (2 s²) (grid reference)."""
+    from gpseq.training.calibration import LOG_TEMPERATURE_SCALE
+
+    rng = np.random.default_rng(9)
+    V, N = 3, 12
+    logits = rng.normal(size=(N, V)) * 3.0
+    labels = logits.argmax(1).astype(np.int32)  # all right: the dev NLL alone would push T → 0
+    offsets = np.arange(N + 1, dtype=np.int64)
+    fitted = fit_calibration(logits, np.zeros((N, V)), np.zeros((V, V)), np.zeros((V, V)), labels, offsets)
+    grid = np.linspace(-2.0, 2.0, 4001)
+    log_p = lambda log_t: logits / np.exp(log_t) - np.logaddexp.reduce(logits / np.exp(log_t), axis=1, keepdims=True)
+    totals = [-log_p(g)[np.arange(N), labels].sum() + 0.5 * (g / LOG_TEMPERATURE_SCALE) ** 2 for g in grid]
+    assert np.log(fitted["temperature"]) == pytest.approx(grid[int(np.argmin(totals))], abs=2e-3)
+    assert 0.2 < fitted["temperature"] < 1.0  # sharpened, but not to the bound
+
+
+def test_calibration_over_parts_is_calibration_of_their_union():
+    """fit_calibration_parts pools the held-out NLL: parts that share their potentials give the
+    fit of the concatenated corpus."""
+    from gpseq.training.calibration import fit_calibration_parts
+
+    rng = np.random.default_rng(2)
+    V = 3
+    lengths = rng.integers(1, 6, size=30)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mean = rng.normal(size=(offsets[-1], V)) * 2.0
+    variance = rng.uniform(0.1, 3.0, size=mean.shape)
+    pair_mean, pair_variance = rng.normal(size=(V, V)), rng.uniform(0.1, 1.0, size=(V, V))
+    labels = rng.integers(V, size=offsets[-1]).astype(np.int32)
+    whole = fit_calibration(mean, variance, pair_mean, pair_variance, labels, offsets)
+    cut = offsets[12]
+    parts = [(mean[:cut], variance[:cut], pair_mean, pair_variance, labels[:cut], offsets[:13]),
+             (mean[cut:], variance[cut:], pair_mean, pair_variance, labels[cut:], offsets[12:] - cut)]
+    pooled = fit_calibration_parts(parts)
+    for key in ("variance_scale", "temperature", "dev_token_nll"):
+        assert pooled[key] == pytest.approx(whole[key], rel=1e-6)
+
+
+def test_calibration_in_parts_equals_calibration_on_the_whole_dev_split(monkeypatch):
+    """`calibrate` runs the dev split in parts of `CHUNK_TOKENS` tokens: the same (α, T) and NLL."""
+    import gpseq.training.chain_objective as chain_objective
+    from gpseq.training.laplace import calibrate
+
+    sentences, featurizer, labels, data_of = sample_problem()
+    groups, names = featurizer.column_groups()
+    fit = fit_laplace(NumpyChainObjective(data_of(sentences[:36]), len(labels)), groups, names, max_iterations=30)
+    dev = data_of(sentences[36:])
+    whole = calibrate(fit, dev)
+    monkeypatch.setattr(chain_objective, "CHUNK_TOKENS", 40)
+    assert len(chain_objective.chunk_bounds(dev.offsets, 40)) > 3
+    parts = calibrate(fit, dev)
+    assert parts.keys() == whole.keys()
+    for key in whole:
+        assert parts[key] == pytest.approx(whole[key], rel=1e-9)
+
+
+def test_calibration_reports_each_dev_sentence_nll_at_the_fitted_temperature():
+    from gpseq.training.laplace import calibrate
+
+    sentences, featurizer, labels, data_of = sample_problem()
+    groups, names = featurizer.column_groups()
+    fit = fit_laplace(NumpyChainObjective(data_of(sentences[:36]), len(labels)), groups, names, max_iterations=30)
+    dev = data_of(sentences[36:])
+    fitted = calibrate(fit, dev, variance_scale=False, sentences=True)
+    assert fitted["dev_tokens"] == dev.n_tokens and len(fitted["dev_sentence_nll"]) == len(dev)
+    assert fitted["dev_sentence_nll"].sum() / dev.n_tokens == pytest.approx(fitted["dev_token_nll"], rel=1e-10)
+    # each sentence's NLL by itself: the same predictive on that sentence alone
+    one = dev.subset(np.array([3]))
+    alone = calibrate(fit, one, variance_scale=False, sentences=True)
+    from gpseq.training.calibration import calibrated_potentials
+    from gpseq.structured.numpy_chain import TimeMajor
+
+    mean = fit.unary_moments(one.rows)[0]
+    unary, pairwise = calibrated_potentials(mean, scaled_unary_variance(fit, one.rows, 1e-5, 1e-5) / 1e-5,
+                                            fit.pairwise, fit.pairwise_variance, 1e-5, fitted["temperature"])
+    marg, _, _ = TimeMajor(one.offsets).forward_backward(unary, pairwise, pairs=False)
+    expected = -np.log(marg[np.arange(one.n_tokens), one.label_ids]).sum()
+    assert fitted["dev_sentence_nll"][3] == pytest.approx(expected, rel=1e-9)
+    assert alone["dev_sentence_nll"].shape == (1,)

@@ -1,6 +1,7 @@
 """Training from a corpus read in passes (`gpseq.corpora.CorpusFile`, `gpseq.training.corpus_passes`):
 the same model as training from the list of its sentences, through the library and the command
-line; the passes' counts, split and errors against direct computation."""
+line; the passes' counts, split and errors against direct computation; a sentence too long to
+train as one chain is refused by name and line, before any work."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import SAMPLE
 from typer.testing import CliRunner
+
+from helpers import SAMPLE
+from helpers.cli import invoke
+from helpers.files import snapshot
 
 from gpseq.corpora import CorpusFile, Sentence, read_conll
 from gpseq.corpora.splits import train_dev_split
 from gpseq.errors import GpseqError, InputFormatError
 from gpseq.training import corpus_passes
+from gpseq.training.corpus_passes import MAX_TRAIN_SENTENCE_TOKENS, scan
 
 
 def _same_tagger(mine, reference) -> None:
@@ -121,3 +126,23 @@ def test_a_corpus_file_edited_between_passes_is_refused(tmp_path):
         handle.write("\nextra NN O B-NP\n")
     with pytest.raises(GpseqError, match="the corpus changed while training read it"):
         list(train)
+
+
+def test_train_refuses_a_sentence_over_the_limit_naming_its_line(tmp_path):
+    corpus = tmp_path / "long.conll"
+    n = MAX_TRAIN_SENTENCE_TOKENS + 1
+    corpus.write_text("The\tO\ncat\tO\n\n" + "word\tO\n" * n)
+    before = snapshot(tmp_path)
+    result = invoke("train", corpus, "-o", tmp_path / "model", "--features", "ner")
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"error: {corpus}:4: a training sentence of {n:,} tokens; at most "
+                     f"{MAX_TRAIN_SENTENCE_TOKENS:,} train as one chain: split it into sentences"]
+    assert snapshot(tmp_path) == before  # no model, no lock, no temporary
+
+
+def test_a_sentence_at_the_limit_is_accepted():
+    at_limit = Sentence(tokens=["w"] * MAX_TRAIN_SENTENCE_TOKENS, labels=["O"] * MAX_TRAIN_SENTENCE_TOKENS)
+    assert scan([at_limit]).tokens == MAX_TRAIN_SENTENCE_TOKENS
+    with pytest.raises(InputFormatError, match="a training sentence of 65,537 tokens"):
+        scan([Sentence(tokens=["w"] * (MAX_TRAIN_SENTENCE_TOKENS + 1), labels=["O"] * (MAX_TRAIN_SENTENCE_TOKENS + 1))])

@@ -3,7 +3,7 @@ one device (ELBO, gradients, trained parameters, resume on another replica count
 MultiWorkerMirroredStrategy with two worker processes on 127.0.0.1 against a single process.
 
 Logical devices and multi-worker clusters must be set up before TensorFlow starts, so those
-checks run tests/distribute_worker.py in subprocesses (bounded in time, killed on failure).
+checks run tests/training/distribute_worker.py in subprocesses (bounded in time, killed on failure).
 """
 
 from __future__ import annotations

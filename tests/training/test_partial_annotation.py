@@ -7,12 +7,13 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
+
+from helpers import ROOT, SAMPLE
 
 from gpseq.corpora import UNLABELLED, Sentence, read_conll, read_corpus, write_conll
 from gpseq.errors import ConfigError, GpseqError, InputFormatError
@@ -20,8 +21,6 @@ from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
 from gpseq.training.chain_objective import CHUNK_TOKENS, MEMORY_TOKENS, NumpyChainObjective, chunk_bounds
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "corpora" / "sample"
 
 
 def _paths(T: int, V: int) -> np.ndarray:
