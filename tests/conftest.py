@@ -1,4 +1,5 @@
-"""Shared fixtures: where the third-party corpora are (tests that need them skip when absent)."""
+"""Shared fixtures: where the third-party corpora are (tests that need them skip when absent), the
+bundled sample, GPflow for the comparison tests. Helpers that test modules import are in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -32,29 +33,6 @@ def corpora_dir() -> Path:
 def sample_dir() -> Path:
     """The bundled sample corpus of the project's own sentences."""
     return SAMPLE
-
-
-def train_sample_pos_and_chunker(base: Path, chunk_model) -> dict:
-    """Tiny models trained on the bundled sample, saved under `base`: a POS tagger (column 1 as the
-    label, `ModelConfig(kernel="linear")`) and a chunker (POS features, `chunk_model`). Returns their
-    directories ("pos", "chunk") and taggers ("pos_tagger", "chunk_tagger"); skips without the sample."""
-    from gpseq.corpora import Sentence, read_conll
-    from gpseq.features import get_preset
-    from gpseq.structured.model import ModelConfig
-    from gpseq.tagger import Tagger, TaggerConfig
-    from gpseq.training.trainer import TrainingConfig
-
-    if not (SAMPLE / "train.conll").is_file():
-        pytest.skip("the bundled sample corpus is absent")
-    train = read_conll(SAMPLE / "train.conll")
-    pos_train = [Sentence(s.tokens, [row[1] for row in s.columns], s.columns) for s in train]
-    training = TrainingConfig(max_steps=15, early_stopping="none", dev_fraction=0.0, batch_size=32, seed=1)
-    pos = Tagger.train(pos_train, TaggerConfig(features=get_preset("pos"), model=ModelConfig(kernel="linear"),
-                                               training=training, predict_samples=4))
-    chunk = Tagger.train(train, TaggerConfig(features=get_preset("chunking"), model=chunk_model,
-                                             training=training, predict_samples=4))
-    return {"pos": pos.save(base / "pos"), "chunk": chunk.save(base / "chunk"), "pos_tagger": pos,
-            "chunk_tagger": chunk}
 
 
 # ---- GPflow: reference implementation for the GP tests, in its own environment -------------------
@@ -103,18 +81,3 @@ def gpflow():
             pytest.fail(f"GPSEQ_REQUIRE_GPFLOW=1 but gpflow cannot be imported: {error}")
         pytest.skip(GPFLOW_ABSENT)
     return module
-
-
-def random_q(q, rng):
-    """Set a one-component `VariationalGaussian` q(u) to random values: means N(0, 1), a lower
-    triangular scale with diagonal in [0.2, 0.9] (or diagonal standard deviations in that range)."""
-    import numpy as np
-    import tensorflow as tf
-
-    M, P = q.num_inducing, q.num_latent
-    q.q_mu.assign(rng.normal(size=(1, M, P)))
-    if q.full_cov:
-        L = np.tril(0.2 * rng.normal(size=(1, P, M, M)), -1) + np.eye(M) * rng.uniform(0.2, 0.9, (1, P, M, 1))
-        q.q_sqrt.assign(tf.constant(L))
-    else:
-        q.q_sqrt.assign(tf.constant(rng.uniform(0.2, 0.9, size=(1, M, P))))

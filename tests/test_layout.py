@@ -10,7 +10,11 @@ reason: a new upward import or circle fails, and so does an entry once its impor
 
 And one NumPy linear chain: the functions whose names say they are a chain algorithm are defined in
 structured/numpy_chain.py only (besides the TensorFlow chain of SVI), and training, prediction and
-the span probabilities import it."""
+the span probabilities import it.
+
+And the tests' own layout: tests/ mirrors gpseq/ (every folder under tests/ but helpers/ is a
+package of gpseq), no file under tests/ is over 600 lines, and none is named after an issue or a
+review."""
 
 from __future__ import annotations
 
@@ -252,3 +256,46 @@ def test_the_numpy_chain_is_one_module():
 @pytest.mark.parametrize("module", CHAIN_USERS)
 def test_training_prediction_and_spans_run_the_one_numpy_chain(module):
     assert NUMPY_CHAIN in GRAPH[module], f"{module} no longer runs {NUMPY_CHAIN}"
+
+
+# ---- the tests' own layout: tests/ mirrors gpseq/ -------------------------------------------------
+TESTS = ROOT / "tests"
+MAX_TEST_FILE_LINES = 600
+# folders under tests/ that are no package of gpseq: what several test modules import, test data
+NOT_MIRRORED = {"helpers", "fixtures", "__pycache__"}
+# a test file is named for its subject, never for where its tests came from
+ORIGIN_WORDS = ("review", "issue", "robustness")
+
+
+def _under_tests(pattern: str) -> list[Path]:
+    """The paths under tests/ matching `pattern`, but those in NOT_MIRRORED folders or hidden ones."""
+    return sorted(path for path in TESTS.rglob(pattern)
+                  if not any(part in NOT_MIRRORED or part.startswith(".") for part in path.relative_to(TESTS).parts))
+
+
+def test_the_test_files_are_found():
+    """Guards the tests below against passing on an empty tree."""
+    files = _under_tests("test_*.py")
+    assert len(files) > 50 and TESTS / "test_layout.py" in files and TESTS / "cli" / "test_tag.py" in files
+
+
+def test_every_folder_of_tests_is_a_package_of_gpseq():
+    """tests/X/ holds the tests of gpseq/X/ (those of a module at gpseq/'s root stay in tests/)."""
+    stray = [str(path.relative_to(TESTS)) for path in _under_tests("*")
+             if path.is_dir() and not (PACKAGE / path.relative_to(TESTS) / "__init__.py").is_file()]
+    assert not stray, (f"folders under tests/ that are no package of gpseq/: {', '.join(stray)}; put their "
+                       f"tests in the folder of their subject (or shared code in tests/helpers/)")
+
+
+def test_no_file_of_tests_is_over_600_lines():
+    long = [f"{path.relative_to(TESTS)}: {n:,} lines" for path in sorted(TESTS.rglob("*.py"))
+            if "__pycache__" not in path.parts
+            and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_TEST_FILE_LINES]
+    assert not long, (f"files under tests/ over {MAX_TEST_FILE_LINES} lines (split them by subject):\n"
+                      + "\n".join(long))
+
+
+def test_no_file_of_tests_is_named_after_an_issue_or_a_review():
+    named = [str(path.relative_to(TESTS)) for path in sorted(TESTS.rglob("*"))
+             if "__pycache__" not in path.parts and any(word in path.name.lower() for word in ORIGIN_WORDS)]
+    assert not named, f"name them for their subject, not for where they came from: {', '.join(named)}"

@@ -1,7 +1,7 @@
 """Models that feed one another (`gpseq.chain_models.ModelChain`; `gpseq tag MODEL MODEL FILE`,
 `gpseq select`, `gpseq serve DIR+DIR`).
 
-Two tiny models of the default training on the bundled sample (`conftest.train_sample_pos_and_chunker`):
+Two tiny models of the default training on the bundled sample (`helpers.sample_models.train_sample_pos_and_chunker`):
 a POS tagger whose features read the words only, and a chunker whose features read column 1 (POS).
 A chain's output is checked against an independent path: the POS tagger alone, its labels written
 here by hand as column 1 of a CoNLL file, and the chunker alone on that file. The server is
@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, train_sample_pos_and_chunker
-from test_cli import parse_conll_output
+from helpers import ROOT
+from helpers.cli import parse_conll_output
+from helpers.sample_models import train_sample_pos_and_chunker
 
 TEXT = "The committee approved the new budget on Tuesday. It will fund three small projects.\n\nA second paragraph follows here."
 WAIT = 60.0  # seconds a test waits for the server, at most

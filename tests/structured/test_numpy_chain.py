@@ -1,0 +1,158 @@
+"""The one NumPy linear chain (`gpseq.structured.numpy_chain`) against brute-force enumeration of
+every label path of tiny random chains: the forward–backward's marginals, pair sums and log Z,
+the scaled messages of several chains at once (log α, log β), and the k-best Viterbi's paths and
+scores, in time-major order and through a padded batch with an empty sentence; and against the
+TensorFlow log-space chain."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import logsumexp
+
+from gpseq.structured import chain
+from gpseq.structured.numpy_chain import TimeMajor, nbest_viterbi, padded_layout, viterbi
+
+
+def _enumerated(unary, pairwise):
+    """Every path `[V^L, L]` of one sentence's chain `unary [L, V]`, `pairwise [V, V]` and its score."""
+    L, V = unary.shape
+    paths = np.array(list(itertools.product(range(V), repeat=L))).reshape(-1, L)
+    return paths, unary[np.arange(L), paths].sum(1) + pairwise[paths[:, :-1], paths[:, 1:]].sum(1)
+
+
+def _corpus(rng, lengths, V, scale):
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return offsets, rng.normal(size=(offsets[-1], V)) * scale, rng.normal(size=(V, V)) * scale / 2
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_forward_backward_equals_enumeration(scale):
+    rng = np.random.default_rng(1)
+    V, lengths = 3, np.array([4, 1, 3, 2, 4])
+    offsets, unary, pairwise = _corpus(rng, lengths, V, scale)
+    layout = TimeMajor(offsets)
+    marg, pair_sum, log_z = layout.forward_backward(unary[layout.order], pairwise)
+    mine = np.empty_like(marg)
+    mine[layout.order] = marg
+    expected_pairs = np.zeros((V, V))
+    for s, (low, high) in enumerate(zip(offsets[:-1], offsets[1:])):
+        paths, score = _enumerated(unary[low:high], pairwise)
+        expected_log_z = logsumexp(score)
+        p = np.exp(score - expected_log_z)
+        assert log_z[list(layout.sentences).index(s)] == pytest.approx(expected_log_z, rel=1e-12)
+        for t in range(high - low):
+            np.testing.assert_allclose(mine[low + t], np.bincount(paths[:, t], weights=p, minlength=V), atol=1e-12)
+        for t in range(high - low - 1):
+            np.add.at(expected_pairs, (paths[:, t], paths[:, t + 1]), p)
+    np.testing.assert_allclose(pair_sum, expected_pairs, atol=1e-11)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_scaled_messages_of_several_chains_equal_enumeration(scale):
+    """log α_t(v) = log Σ over path prefixes ending in v at t, log β_t(v) = log Σ over the suffixes
+    after it, log Z, and α̂ β̂ the marginal, for R chains with their own pairwise at once."""
+    rng = np.random.default_rng(2)
+    R, V, lengths = 3, 3, np.array([3, 1, 4, 2])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    unary = rng.normal(size=(R, offsets[-1], V)) * scale
+    pairwise = rng.normal(size=(R, V, V)) * scale / 2
+    layout = TimeMajor(offsets)
+    alpha, beta, log_c, log_z = layout.scaled_messages(unary[:, layout.order], pairwise)
+    row = np.empty(len(layout.order), np.int64)
+    row[layout.order] = np.arange(len(layout.order))  # corpus token → time-major row
+    for r in range(R):
+        for s, (low, high) in enumerate(zip(offsets[:-1], offsets[1:])):
+            u, L = unary[r, low:high], high - low
+            paths, score = _enumerated(u, pairwise[r])
+            assert log_z[r, list(layout.sentences).index(s)] == pytest.approx(logsumexp(score), rel=1e-12)
+            for t in range(L):
+                prefix = u[np.arange(t + 1), paths[:, : t + 1]].sum(1) \
+                    + pairwise[r][paths[:, :t], paths[:, 1 : t + 1]].sum(1)  # score of y_0 … y_t
+                at = row[low + t]
+                for v in range(V):
+                    ending = paths[:, t] == v  # each prefix appears V^(L − 1 − t) times, each suffix V^t
+                    log_alpha = logsumexp(prefix[ending]) - (L - 1 - t) * np.log(V)
+                    log_beta = logsumexp(score[ending] - prefix[ending]) - t * np.log(V)
+                    assert np.log(alpha[r, at, v]) + log_c[r, at] == pytest.approx(log_alpha, abs=1e-9 * scale)
+                    assert np.log(beta[r, at, v]) + log_z[r, list(layout.sentences).index(s)] - log_c[r, at] \
+                        == pytest.approx(log_beta, abs=1e-9 * scale)
+                    assert alpha[r, at, v] * beta[r, at, v] == pytest.approx(
+                        np.exp(logsumexp(score[ending]) - logsumexp(score)), abs=1e-12)
+
+
+def test_k_best_viterbi_equals_enumeration():
+    """The k best paths in order with their scores; −inf and label 0 past the number of paths."""
+    rng = np.random.default_rng(3)
+    V, k, lengths = 3, 5, np.array([4, 1, 3, 2])
+    offsets, unary, pairwise = _corpus(rng, lengths, V, 2.0)
+    layout = TimeMajor(offsets)
+    labels, scores = layout.viterbi(unary[layout.order], pairwise, k)
+    mine = np.empty_like(labels)
+    mine[layout.order] = labels
+    for s, (low, high) in enumerate(zip(offsets[:-1], offsets[1:])):
+        paths, score = _enumerated(unary[low:high], pairwise)
+        order = np.argsort(-score, kind="stable")[:k]
+        n = len(order)
+        at = list(layout.sentences).index(s)
+        np.testing.assert_allclose(scores[at, :n], score[order], rtol=1e-12)
+        np.testing.assert_array_equal(mine[low:high, :n].T, paths[order])
+        assert np.all(np.isneginf(scores[at, n:])) and not mine[low:high, n:].any()
+    best, best_scores = layout.viterbi(unary[layout.order], pairwise)
+    np.testing.assert_array_equal(best[:, 0], labels[:, 0])
+    np.testing.assert_array_equal(best_scores[:, 0], scores[:, 0])
+
+
+def test_ties_go_to_the_lower_label():
+    layout = TimeMajor(np.array([0, 3, 5]))
+    labels, scores = layout.viterbi(np.zeros((5, 4)), np.zeros((4, 4)), 3)
+    assert not labels[:, 0].any() and np.all(scores == 0.0)
+
+
+def test_a_padded_batch_with_an_empty_sentence():
+    """The padded entry points: an empty sentence has one path (score 0) and no tokens; the others
+    are what their time-major layout gives."""
+    rng = np.random.default_rng(4)
+    lengths = np.array([3, 0, 4, 1])
+    unary, pairwise = rng.normal(size=(4, 4, 3)), rng.normal(size=(3, 3))
+    paths, scores = nbest_viterbi(unary, pairwise, lengths, 2)
+    assert scores[1, 0] == 0.0 and np.isneginf(scores[1, 1]) and not paths[1].any()
+    for b, L in enumerate(lengths):
+        if L:
+            all_paths, score = _enumerated(unary[b, :L], pairwise)
+            order = np.argsort(-score, kind="stable")[:2]
+            np.testing.assert_array_equal(paths[b, :, :L], all_paths[order])
+            np.testing.assert_allclose(scores[b], score[order], rtol=1e-12)
+            assert not paths[b, :, L:].any()
+    np.testing.assert_array_equal(viterbi(unary, pairwise, lengths), paths[:, 0])
+    layout, batch_sentence, (sentence, position) = padded_layout(lengths)
+    assert sorted(batch_sentence) == [0, 2, 3] and len(sentence) == lengths.sum()
+    assert set(zip(sentence, position)) == {(b, t) for b, L in enumerate(lengths) for t in range(L)}
+    assert padded_layout(np.zeros(2, np.int64))[0] is None
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_time_major_numpy_chain_equals_the_log_space_chain(scale):
+    rng = np.random.default_rng(6)
+    lengths = np.array([7, 1, 3, 2, 6, 3])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    V = 4
+    unary = rng.normal(size=(offsets[-1], V)) * scale
+    pairwise = rng.normal(size=(V, V)) * scale / 3
+    layout = TimeMajor(offsets)
+    marg, pair_sum, log_z = layout.forward_backward(unary[layout.order], pairwise)
+    padded = np.zeros((len(lengths), lengths.max(), V))
+    for b, length in enumerate(lengths):
+        padded[b, :length] = unary[offsets[b]:offsets[b + 1]]
+    ref_marg, ref_pair = chain.marginals(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32))
+    ref_z = chain.log_partition(tf.constant(padded), tf.constant(pairwise), tf.constant(lengths, tf.int32)).numpy()
+    mine = np.zeros_like(padded)
+    corpus_token = layout.order  # time-major row → corpus token
+    sentence = np.repeat(np.arange(len(lengths)), lengths)[corpus_token]
+    mine[sentence, corpus_token - offsets[sentence]] = marg
+    np.testing.assert_allclose(mine, ref_marg.numpy(), atol=1e-10)
+    np.testing.assert_allclose(pair_sum, tf.reduce_sum(ref_pair, [0, 1]).numpy(), atol=1e-9)
+    np.testing.assert_allclose(log_z, ref_z[layout.sentences], rtol=1e-12)
