@@ -250,11 +250,10 @@ def gradient_variance(tagger, sentences: list[Sentence], draws: int) -> dict:
     import tensorflow as tf
 
     from gpseq.structured.estimators import score_function_ell
-    from gpseq.tagger import Tagger
-    from gpseq.training.batching import make_batch
+    from gpseq.training.batching import SequenceData, make_batch
 
     model = tagger.model
-    data = Tagger._sequence_data(tagger.featurizer, sentences, {label: i for i, label in enumerate(tagger.labels)})
+    data = SequenceData.featurised(tagger.featurizer, sentences, tagger.label_index)
     batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, np.arange(len(sentences))).items()}
     out = {}
     for name, use_cv in (("with_cv", True), ("without_cv", False)):

@@ -51,12 +51,12 @@ def variance(samples):
     from gpseq.corpora import read_conll
     from gpseq.structured import estimators
     from gpseq.tagger import Tagger
-    from gpseq.training.batching import make_batch
+    from gpseq.training.batching import SequenceData, make_batch
 
     train = read_conll(SAMPLE / "train.conll")
     tagger = Tagger.train(train, _tagger_config("score", None, epochs=1, num_inducing=8))
     model = tagger.model
-    data = Tagger._sequence_data(tagger.featurizer, train, {label: i for i, label in enumerate(tagger.labels)})
+    data = SequenceData.featurised(tagger.featurizer, train, tagger.label_index)
     batch = {k: tf.convert_to_tensor(v) for k, v in make_batch(data, np.arange(16), dtype=np.float32).items()}
     out = {}
     for S in samples:

@@ -1,12 +1,16 @@
 """`TaggerConfig`: everything needed to rebuild a tagger (features, model, training, prediction),
-saved as tagger.json's "config"; the CLI builds it, `Tagger` consumes it."""
+saved as tagger.json's "config"; `Tagger` consumes it. `make_config` builds one from a configuration
+dict, a feature preset or template, named settings and `section.key=value` overrides: what `gpseq
+train` and the spaCy component's training ask for, with the model's rules in the library."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from typing import Iterable, Mapping
 
 from gpseq.errors import ConfigError
-from gpseq.features import FeatureConfig, get_preset
+from gpseq.features import FeatureConfig, get_preset, preset_or_template
 from gpseq.structured.config import ModelConfig
 from gpseq.errors import check_number
 from gpseq.training.config import TrainingConfig
@@ -126,3 +130,63 @@ def check_window(max_tokens, overlap) -> None:
     if max_tokens <= 2 * overlap:
         raise ConfigError(f"predict_max_tokens must be > 2 * predict_overlap ({2 * overlap}), got {max_tokens}")
 
+
+def parse_value(text: str):
+    """An override's value: JSON when it parses (2.0, true, null, [1,2], "x"), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    except (ValueError, RecursionError):  # an integer of more digits than Python converts; nesting
+        raise ConfigError(f"--set value {text[:40]!r}{'…' if len(text) > 40 else ''} ({len(text):,} characters) "
+                          "is not a value a configuration holds") from None
+
+
+def set_value(data: dict, key: str, value, what: str = "") -> None:
+    """Set `section.key` (a dotted path) in the nested config dict to `value`; a key that is not
+    there is a ConfigError naming the known ones (`what`: how the message names the setting)."""
+    parts = key.strip().split(".")
+    node = data
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            where = ".".join(parts[:depth]) or "the configuration"
+            known = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a section)"
+            raise ConfigError(f"{what}{key}: no key {part!r} in {where}; known: {known}")
+        if depth == len(parts) - 1:
+            node[part] = value
+        else:
+            node = node[part]
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    """Set `section.key=value` (`gpseq train --set`) in the nested config dict; unknown keys are a ConfigError."""
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. model.prior_variance=2.0")
+    set_value(data, key, parse_value(value), what="--set ")
+
+
+def make_config(base: dict | None = None, *, features: str | None = None,
+                settings: Mapping[str, object] | None = None, tag_scheme: str | None = None,
+                overrides: Iterable[str] = ()) -> TaggerConfig:
+    """The checked TaggerConfig of `base` (a `TaggerConfig.to_dict`-style dict, e.g. a JSON file's;
+    None: the library defaults) and, each taking precedence over the ones before: `features` (a preset
+    name or a CRF++ template file), `settings` {"section.key": value} (None values are skipped;
+    "model.num_inducing" with the default kernel brings the sparse RBF GP, `ModelConfig.with_inducing`),
+    `tag_scheme`, and `overrides` ["section.key=value", …] (`gpseq train --set`: values JSON where they
+    parse, else strings)."""
+    data = (TaggerConfig.from_dict(base) if base is not None else TaggerConfig()).to_dict()
+    if features is not None:
+        data["features"] = preset_or_template(features).to_dict()
+    settings = {key: value for key, value in (settings or {}).items() if value is not None}
+    for key, value in settings.items():
+        set_value(data, key, value)
+    if "model.num_inducing" in settings:  # inducing points ask for the sparse RBF part (SVI)
+        data["model"] = ModelConfig(**data["model"]).with_inducing(settings["model.num_inducing"]).to_dict()
+    if tag_scheme is not None:
+        data["tag_scheme"] = tag_scheme
+    for assignment in overrides:
+        apply_override(data, assignment)
+    config = TaggerConfig.from_dict(data)
+    config.validate()
+    return config

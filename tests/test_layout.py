@@ -1,6 +1,8 @@
 """The package's layout, read from the source (`ast`; nothing is imported): no import circle between
 gpseq's modules, every import along the layer order of docs/architecture.md (a module imports its
-own layer and the layers below it), at most MAX_ROOT_MODULES modules at the package root.
+own layer and the layers below it), at most MAX_ROOT_MODULES modules at the package root, none of
+gpseq's modules longer than MAX_MODULE_LINES lines, and the training apart from the Tagger: nothing
+of gpseq/training/ imports gpseq/tagger.py.
 
 Every `import` / `from … import` of a gpseq module counts, at the top of a module or inside a
 function (a lazy import is still a dependency), except under `if TYPE_CHECKING:` (annotations only)
@@ -27,6 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gpseq"
 MAX_ROOT_MODULES = 10
+MAX_MODULE_LINES = 400
 
 # docs/architecture.md's layer table, lowest first: (layer, the modules and packages in it). A
 # module belongs to the longest name here that is it or a package above it (`gpseq` itself: only
@@ -43,7 +46,7 @@ LAYERS = [
     ("evaluation", ["gpseq.evaluation"]),
     ("predict", ["gpseq.predict"]),
     ("active", ["gpseq.active"]),
-    ("tagger", ["gpseq.tagger", "gpseq.saved.tagger", "gpseq.chain_models"]),
+    ("tagger", ["gpseq.tagger", "gpseq.saved.tagger", "gpseq.training.train", "gpseq.chain_models"]),
     ("front ends", ["gpseq.cli", "gpseq.spacy", "gpseq.serve", "gpseq.__main__", "gpseq"]),
 ]
 
@@ -175,6 +178,24 @@ def test_at_most_ten_modules_at_the_package_root():
     assert len(root) <= MAX_ROOT_MODULES, (
         f"{len(root)} modules at gpseq/'s root (at most {MAX_ROOT_MODULES}): {', '.join(root)}; put the new one "
         "in the package of its layer (docs/architecture.md)")
+
+
+def test_no_module_over_the_line_limit():
+    long = sorted(f"{path.relative_to(ROOT)}: {lines} lines" for path in MODULES.values()
+                  if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES)
+    assert not long, (f"modules over {MAX_MODULE_LINES} lines (split them by responsibility, each part a module "
+                      "whose docstring says what it owns):\n" + "\n".join(long))
+
+
+def test_the_training_imports_nothing_of_the_tagger():
+    """The training (gpseq/training/, its entry point `training/train.py` of the tagger layer included)
+    returns the parts a Tagger is built from and is given a previous model as its parts: it never
+    imports gpseq/tagger.py (the layer order alone would allow `training/train.py` to)."""
+    training = [module for module in MODULES if module.startswith("gpseq.training.")]
+    assert "gpseq.training.train" in training
+    assert "gpseq.training.train" in GRAPH["gpseq.tagger"]  # Tagger.train delegates to it
+    importers = sorted(module for module in training if "gpseq.tagger" in GRAPH[module])
+    assert not importers, f"gpseq/training/ modules importing gpseq.tagger: {importers}"
 
 
 def test_no_import_circle():

@@ -1,4 +1,5 @@
-"""The TaggerConfig a `gpseq train` asks for: library defaults ← --config JSON ← named options ← --set."""
+"""The TaggerConfig a `gpseq train` asks for: library defaults ← --config JSON ← named options ← --set.
+The options are parsed here; the configuration is built by the library (`gpseq.config.make_config`)."""
 
 from __future__ import annotations
 
@@ -7,36 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpseq.cli.common import require_file, tagger_module
-from gpseq.errors import ConfigError, InputFormatError
+from gpseq.errors import InputFormatError
 
 
-def parse_value(text: str):
-    """A --set value: JSON when it parses (2.0, true, null, [1,2], "x"), else the plain string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-    except (ValueError, RecursionError):  # an integer of more digits than Python converts; nesting
-        raise ConfigError(f"--set value {text[:40]!r}{'…' if len(text) > 40 else ''} ({len(text):,} characters) "
-                          "is not a value a configuration holds") from None
+def __getattr__(name: str):
+    """`apply_override`, `parse_value`: the --set syntax is the library's (`gpseq.config`), imported
+    when first asked for (the command starts without the library's imports)."""
+    if name in ("apply_override", "parse_value"):
+        import gpseq.config
 
-
-def apply_override(data: dict, assignment: str) -> None:
-    """Set `section.key=value` in the nested config dict; unknown keys are a ConfigError."""
-    key, sep, value = assignment.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. model.prior_variance=2.0")
-    parts = key.strip().split(".")
-    node = data
-    for depth, part in enumerate(parts):
-        if not isinstance(node, dict) or part not in node:
-            where = ".".join(parts[:depth]) or "the configuration"
-            known = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a section)"
-            raise ConfigError(f"--set {key}: no key {part!r} in {where}; known: {known}")
-        if depth == len(parts) - 1:
-            node[part] = parse_value(value)
-        else:
-            node = node[part]
+        return getattr(gpseq.config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _config_file(path: Path) -> dict:
@@ -88,32 +70,9 @@ class ConfigOptions:
 
 def build_config(options: ConfigOptions):
     """The TaggerConfig: library defaults ← --config JSON ← named options ← --set overrides."""
-    from gpseq.features import FeatureConfig, get_preset, list_presets
+    from gpseq.config import make_config
 
-    TaggerConfig = tagger_module().TaggerConfig
-    data = _config_file(options.config_file) if options.config_file is not None else TaggerConfig().to_dict()
-    if options.features is not None:
-        if options.features in list_presets():
-            feature_config = get_preset(options.features)
-        elif Path(options.features).is_file():
-            feature_config = FeatureConfig.from_template_file(options.features)
-        else:
-            get_preset(options.features)  # raises ConfigError naming the presets
-        data["features"] = feature_config.to_dict()
-    for option, value in options.named.items():
-        if value is None:
-            continue
-        section, key = NAMED_OPTIONS[option].split(".")
-        if key not in data[section]:
-            raise ConfigError(f"{option} is not supported by this gpseq's {section} configuration "
-                              f"(no {section}.{key})")
-        data[section][key] = value
-    if options.named.get("--inducing") is not None and data["model"]["kernel"] == "linear":
-        data["model"]["kernel"] = "linear+rbf"  # inducing inputs ask for the sparse RBF part (SVI)
-    if options.tag_scheme is not None:
-        data["tag_scheme"] = options.tag_scheme
-    for assignment in options.overrides:
-        apply_override(data, assignment)
-    config = TaggerConfig.from_dict(data)
-    config.validate()
-    return config
+    base = _config_file(options.config_file) if options.config_file is not None else None
+    return make_config(base, features=options.features,
+                       settings={NAMED_OPTIONS[option]: value for option, value in options.named.items()},
+                       tag_scheme=options.tag_scheme, overrides=options.overrides)

@@ -91,7 +91,7 @@ def _sentences(source: Source, kind: str | None, key: str | None, scheme: str, n
         except Exception as error:
             raise InputFormatError(name, None, f"not a spaCy DocBin: doc index {index} cannot be rebuilt "
                                                f"({_reason(error)})") from None
-        yield from _doc_sentences(doc, index, kind, key, scheme, name)
+        yield from doc_sentences(doc, index, kind, key, scheme, name)
         index += 1
 
 
@@ -146,9 +146,14 @@ _ANNOTATION = {"tag": ("TAG", "tags (token.tag_)"), "pos": ("POS", "POS tags (to
                "ents": ("ENT_IOB", "entity annotation (doc.ents)")}
 
 
-def _doc_sentences(doc, index: int, kind: str | None, key: str | None, scheme: str,
-                   name: str) -> Iterator[Sentence]:
-    """The sentences of one doc: its `sents` where it has sentence boundaries, else the whole doc."""
+def doc_sentences(doc, index: int, kind: str | None, key: str | None, scheme: str,
+                  name: str) -> Iterator[Sentence]:
+    """The sentences of one spaCy Doc, as a DocBin's are read: its `sents` where it has sentence
+    boundaries, else the whole Doc; whitespace tokens left out; labels from the annotation `kind`
+    (`parse_label_source`: "tag", "pos", "ents", "spans" with span group `key`; None: unlabelled),
+    chunks in `scheme`; the gold `tag_` as column 1 when every token has one. `index`, `name`: the
+    Doc's number and where it comes from, for the errors (the spaCy component's training reads
+    its examples' reference Docs through this)."""
     if not any(not token.text.isspace() for token in doc):
         return
     if kind is not None:

@@ -1,7 +1,7 @@
 """Token features: spaCy lexical attributes, corpus columns, pipeline attributes, windows,
 conjunctions and CRF++ templates → sparse CSR rows, and their padded in-graph form."""
 
-from gpseq.features.config import FeatureConfig, get_preset, list_presets
+from gpseq.features.config import FeatureConfig, get_preset, list_presets, preset_or_template
 from gpseq.features.featurizer import Featurizer
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, char_class
 from gpseq.features.matrix import FeatureMatrix
@@ -24,4 +24,5 @@ __all__ = [
     "list_presets",
     "padded_from_csr",
     "parse_crfpp_template",
+    "preset_or_template",
 ]

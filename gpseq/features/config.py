@@ -310,6 +310,17 @@ def list_presets() -> list[str]:
     return list(_PRESETS)
 
 
+def preset_or_template(name: str) -> FeatureConfig:
+    """The feature preset `name`, or the "crfpp" preset with the CRF++ template file at path `name`
+    (what `gpseq train --features` and the spaCy component's `features` take); ConfigError naming the
+    presets when it is neither."""
+    if name in _PRESETS:
+        return get_preset(name)
+    if Path(name).is_file():
+        return FeatureConfig.from_template_file(name)
+    return get_preset(name)  # raises ConfigError naming the presets
+
+
 def get_preset(name: str, **overrides) -> FeatureConfig:
     """The preset `name` with fields replaced by `overrides`.
 

@@ -1,5 +1,6 @@
 """How a `GPNet` is trained: the closed-form weight step, exact-GP pre-training, `GPNetTrainer` and
-`fit_gpnet` (`GPNet.fit`). The model, its target q̂_{t+1} and its loss are in `gpseq.gp.gpnet`.
+`fit_gpnet` (`GPNet.fit`). The model is in `gpseq.gp.gpnet`, its target q̂_{t+1} and its loss in
+`gpseq.gp.gpnet_objective`.
 
 **Closed-form step** (`project`; Gaussian likelihood, full V). GPNet's Algorithm 1 steps γ by
 one gradient step on KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)] (as the shared `Trainer` does with Adam). For the

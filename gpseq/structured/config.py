@@ -3,7 +3,7 @@ configuration is read and checked without it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from gpseq.errors import ConfigError
 from gpseq.structured.likelihoods import LIKELIHOODS  # noqa: F401  (re-exported: the built-in names)
@@ -11,6 +11,9 @@ from gpseq.structured.likelihoods import check_estimator, check_likelihood_name
 from gpseq.errors import check_number
 
 KERNELS = ("linear+rbf", "linear", "paper-linear", "paper-rbf")
+DEFAULT_KERNEL = "linear"  # the weight-space linear chain (the default training)
+INDUCING_KERNEL = "linear+rbf"  # the default kernel with the sparse RBF GP: what asking for inducing points gives
+DEFAULT_INDUCING = 64  # M of a kernel with inducing points when num_inducing is not given
 ESTIMATORS = ("pathwise", "score")
 UNARIES = ("shallow", "deep", "gpnet")
 # The sizes a model may have: q(u) holds K × V Cholesky factors of M(M+1)/2 numbers, the deep
@@ -25,13 +28,16 @@ MAX_RANDOM_FEATURES = 65_536
 class ModelConfig:
     """The structured GP model (saved with the tagger)."""
 
-    kernel: str = "linear"  # see KERNELS; "paper-*" = the paper's pure inducing-point model
+    kernel: str | None = None  # see KERNELS; "paper-*" = the paper's pure inducing-point model. Not given:
+    # DEFAULT_KERNEL, or INDUCING_KERNEL when num_inducing is given (`ModelConfig(num_inducing=128)` is
+    # the linear part plus the sparse RBF GP on 128 inducing inputs, trained by SVI)
     likelihood: str = "exact"  # "exact" linear chain | "pseudo" piecewise pseudo-likelihood | a plug-in:
     # "package.module:function" or a name registered under the entry-point group gpseq_likelihoods
     # (`gpseq.structured.likelihoods`: the user's own code, imported to train; a saved model's plug-in
     # must be registered or allowed by the user who loads it)
     estimator: str = "pathwise"  # "pathwise" (reparameterised) | "score" (score function + control variates)
-    num_inducing: int = 64  # M, K-means centroids over training rows (shared by all labels)
+    num_inducing: int | None = None  # M, K-means centroids over training rows (shared by all labels);
+    # not given: DEFAULT_INDUCING (used only by a kernel with inducing points)
     num_components: int = 1  # K, mixture components of q(u) (the paper's eq. 13)
     full_covariance: bool = True  # q(u) covariance: full (Cholesky) or diagonal
     whiten: bool = True
@@ -53,8 +59,23 @@ class ModelConfig:
     # inducing points (gpseq/structured/gpnet_unaries.py)
     hidden_dims: int = 8  # Q, hidden width of the deep unaries
     num_random_features: int = 2000  # F (even) of the gpnet unaries
-    gpnet_full_covariance: bool = False  # q(w) of the gpnet unaries: full [V, F, F] or diagonal (Adam
-    # fits the F(F+1)/2 free entries per label of a full one worse, benchmarks/RESULTS.md)
+    gpnet_full_covariance: bool = False  # q(w) of the gpnet unaries: full [V, F, F] or diagonal (measured
+    # better: Adam on the F(F+1)/2 free entries per label fits worse, benchmarks/RESULTS.md)
+
+    def __post_init__(self):
+        # the one rule that ties the two: inducing points asked for without a kernel bring the RBF GP
+        # (after this both are set, so a saved configuration reads back as it was)
+        if self.kernel is None:
+            self.kernel = INDUCING_KERNEL if self.num_inducing is not None else DEFAULT_KERNEL
+        if self.num_inducing is None:
+            self.num_inducing = DEFAULT_INDUCING
+
+    def with_inducing(self, num_inducing: int) -> "ModelConfig":
+        """This model with `num_inducing` inducing inputs: the default kernel (`linear`) becomes
+        `linear+rbf`, the linear part plus the sparse RBF GP on them (what `gpseq train --inducing M`
+        asks for); a kernel that has inducing points already keeps it."""
+        kernel = INDUCING_KERNEL if self.kernel == DEFAULT_KERNEL else self.kernel
+        return replace(self, kernel=kernel, num_inducing=num_inducing)
 
     def validate(self) -> None:
         """ConfigError naming the first field of a wrong type, out of range or not allowed."""

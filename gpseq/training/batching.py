@@ -63,6 +63,21 @@ class SequenceData:
         labels = None if self.label_ids is None else self.label_ids[token_ids]
         return SequenceData(self.rows[token_ids], offsets, labels)
 
+    @classmethod
+    def featurised(cls, featurizer, sentences: list, label_index: dict | None = None) -> "SequenceData":
+        """`sentences` through `featurizer.transform`, with their labels as ids of `label_index`
+        (`UNLABELLED_ID` for `?`, `UNKNOWN_LABEL_ID` for a label it lacks; None: no labels)."""
+        from gpseq.corpora.types import UNLABELLED
+
+        matrix = featurizer.transform(sentences)
+        label_ids = None
+        if label_index is not None:
+            index = {**label_index, UNLABELLED: UNLABELLED_ID}
+            flat = [label for s in sentences for label in (s.labels or [])]
+            label_ids = np.fromiter((index.get(label, UNKNOWN_LABEL_ID) for label in flat), dtype=np.int32,
+                                    count=len(flat))
+        return cls(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), label_ids)
+
     def cut_long(self, max_tokens: int) -> "SequenceData":
         """Every sequence longer than `max_tokens` cut into consecutive pieces of at most
         `max_tokens` tokens (as equal as possible), each a sequence of its own; the others as they

@@ -23,7 +23,8 @@ variance scale α and temperature, fitted on labelled dev tokens, are what corre
 TensorFlow: a small corpus trains in seconds instead of TensorFlow's import and tracing time, and
 on CoNLL-2000 an evaluation took 0.51 s against 0.61 s for the same objective compiled in
 TensorFlow (chunking; POS tagging, 44 labels: 1.5 s against 3.4 s; same process, alternating,
-on this 2-core machine), which was removed.
+on this 2-core machine), which was removed. Its sparse products run a row block per thread
+(`gpseq.training.row_blocks`).
 """
 
 from __future__ import annotations
@@ -38,94 +39,21 @@ import numpy as np
 from gpseq.features.padded import ranges
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
+from gpseq.training.row_blocks import RowBlocks
 
 
-PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
 MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
 PAIR_MASK_SIZE = 1 << 26  # (feature, label) pairs up to which `observed_pairs` marks a mask rather than sorting
 CHUNK_THREADS = 2  # chunks of the objective evaluated at once (`NumpyChainObjective._summed`)
-_POOL: list = []
 _CHUNK_POOL: list = []
-try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y)
-    from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
-except ImportError:  # a SciPy that moved it: `RowBlocks.accumulate` adds a new product instead
-    _MATVECS = None
-
-
-def _threads() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="gpseq-spmm"))
-    return _POOL[0]
-
-
-class RowBlocks:
-    """A CSR matrix cut into row blocks of about equal nonzeros, whose product with a dense matrix
-    runs one block per thread: SciPy's sparse products release the GIL, and they are most of a
-    large corpus's evaluation (on CoNLL-2000 chunking, X·W and Xᵀ·R took ≈ 80 % of it, the
-    forward–backward the rest). One block below `PARALLEL_NONZEROS` or on one core."""
-
-    def __init__(self, matrix):
-        matrix = matrix.tocsr()
-        self.shape, self.dtype = matrix.shape, matrix.dtype
-        blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
-        cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
-        bounds = sorted({0, *cuts, matrix.shape[0]})
-        self.blocks = [(low, high, _row_view(matrix, low, high)) for low, high in zip(bounds[:-1], bounds[1:])] \
-            if blocks > 1 else [(0, matrix.shape[0], matrix)]
-
-    def __matmul__(self, dense: np.ndarray) -> np.ndarray:
-        out = np.empty((self.shape[0], dense.shape[1]), np.result_type(self.dtype, dense.dtype))
-
-        def run(block):
-            low, high, rows = block
-            out[low:high] = rows @ dense
-
-        self._map(run)
-        return out
-
-    def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
-        """out += self @ dense, in place: no product-sized array is allocated (a gradient's is
-        [D, V], 70 MB for CoNLL-2000 POS tagging, which the allocator maps and unmaps afresh at each
-        call: a third of an evaluation's time went to page faults). `out`: C-contiguous, [rows, k]."""
-        dense = np.ascontiguousarray(dense, out.dtype)
-        fast = _MATVECS is not None and out.flags.c_contiguous and out.dtype == self.dtype
-
-        def run(block):
-            low, high, rows = block
-            if fast and rows.indices.dtype == rows.indptr.dtype:
-                _MATVECS(high - low, rows.shape[1], dense.shape[1], rows.indptr, rows.indices, rows.data,
-                         dense.reshape(-1), out[low:high].reshape(-1))
-            else:
-                out[low:high] += rows @ dense
-
-        self._map(run)
-
-    def _map(self, run) -> None:
-        if len(self.blocks) == 1:
-            run(self.blocks[0])
-        else:
-            list(_threads().map(run, self.blocks))
 
 
 def _chunk_threads() -> ThreadPoolExecutor:
-    """The workers of `NumpyChainObjective._summed` (apart from `_threads`: a chunk's products use those)."""
+    """The workers of `NumpyChainObjective._summed` (apart from `row_blocks`' pool: a chunk's products use that)."""
     if not _CHUNK_POOL:
         _CHUNK_POOL.append(ThreadPoolExecutor(max_workers=CHUNK_THREADS, thread_name_prefix="gpseq-chunk"))
     return _CHUNK_POOL[0]
-
-
-def _row_view(matrix, low: int, high: int):
-    """Rows low:high of a CSR matrix sharing its data and indices: slicing would copy them, and so
-    would SciPy's constructor (it copies a view of less than half its base), so the arrays are
-    set on an empty matrix of the block's shape."""
-    import scipy.sparse as sp
-
-    start, stop = matrix.indptr[low], matrix.indptr[high]
-    view = sp.csr_matrix((high - low, matrix.shape[1]), dtype=matrix.dtype)
-    view.data, view.indices = matrix.data[start:stop], matrix.indices[start:stop]
-    view.indptr = (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype)
-    return view
 
 
 def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:

@@ -1,9 +1,9 @@
 """The default training of the weight-space linear-chain GP around `fit_laplace`: the prior path,
 cross-fitting, calibration and the refit.
 
-`train_laplace` (what `Tagger.train` runs) fits priors (σ², λ, σ²_P) along a warm-started walk —
-the L1 path at the first σ², then the other σ² at the chosen λ, then the other pairwise prior
-variances σ²_P at the chosen (σ², λ) (`choose_prior`) — ranks them by the NLL
+`train_laplace` (what `Tagger.train` runs, through `gpseq.training.train`) fits priors (σ², λ, σ²_P)
+along a warm-started walk — the L1 path at the first σ², then the other σ² at the chosen λ, then the
+other pairwise prior variances σ²_P at the chosen (σ², λ) (`choose_prior`) — ranks them by the NLL
 of the dev split carved from the training data at each fit's best temperature
 (`gpseq.training.calibration`; a small corpus: of the out-of-fold predictions of cross-fitting
 instead) with the one-standard-error rule (σ²_P by the lower NLL alone), calibrates the chosen fit's predictive in full (α, T)

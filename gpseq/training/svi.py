@@ -1,7 +1,7 @@
 """The training of every model but the default one: stochastic variational inference of a
 `StructuredGP` (the ELBO by Adam, optionally natural gradients) with the `Trainer`, early stopping
-on the dev split, checkpoints and `tf.distribute` — what `Tagger.train` runs when
-`TaggerConfig.resolved_method()` is "svi" (the default model trains by `training.laplace`)."""
+on the dev split, checkpoints and `tf.distribute` — what the training (`gpseq.training.train`) runs
+when `TaggerConfig.resolved_method()` is "svi" (the default model trains by `training.laplace`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def train_svi(tagger_class, config, featurizer, labels: list[str], data, dev, *, callbacks=None,
+def train_svi(config, featurizer, num_labels: int, data, *, dev_metrics=None, callbacks=None,
               checkpoint_dir=None, resume: bool = False):
-    """A `tagger_class` (the `Tagger`) whose `StructuredGP` of `config` is fitted by SVI on the
+    """(model, scores): the `StructuredGP` of `config` over `num_labels` labels fitted by SVI on the
     featurised training sentences `data` (`SequenceData`), with K-means inducing inputs when the
-    model has them and early stopping on the labelled `dev` sentences (or none); its `scores`
-    hold the training state (steps, best dev score and step, skipped steps, history)."""
+    model has them, and its training state as `scores` (steps, best dev score and step, skipped
+    steps, history). `dev_metrics(model)`: the function that evaluates the model on the dev
+    sentences (the evaluation report's `to_dict`), for early stopping; None: no dev sentences."""
     from gpseq import _tensorflow
 
     tf = _tensorflow.load()
@@ -38,19 +39,18 @@ def train_svi(tagger_class, config, featurizer, labels: list[str], data, dev, *,
     tf.random.set_seed(tcfg.seed)
     strategy = make_strategy(tcfg.strategy, tcfg.devices)  # variables are created in its scope
     with strategy.scope():
-        model = build_structured_gp(config.model, featurizer.n_features, len(labels), inducing, dtype,
+        model = build_structured_gp(config.model, featurizer.n_features, num_labels, inducing, dtype,
                                     num_data=len(data), num_samples=tcfg.num_samples)
-    tagger = tagger_class(config, featurizer, labels, model)
-    dev = list(dev or [])
+    dev_evaluation = dev_metrics(model) if dev_metrics is not None else None
 
     def evaluate():  # (score to maximise, metrics) on dev, for early stopping
-        metrics = tagger.evaluate(dev, mean=True).to_dict()
+        metrics = dev_evaluation()
         if tcfg.early_stopping == "nll":
             return -metrics["token_nll"], metrics
         f1 = metrics.get("chunk_f1")
         return (f1 if f1 is not None else metrics["token_accuracy"]), metrics
 
-    trainer = Trainer(model, tcfg, evaluate=evaluate if dev else None, callbacks=callbacks,
+    trainer = Trainer(model, tcfg, evaluate=evaluate if dev_evaluation is not None else None, callbacks=callbacks,
                       checkpoint_dir=checkpoint_dir, strategy=strategy)
     state = trainer.fit(data, resume=resume)
     scores = {
@@ -61,4 +61,4 @@ def train_svi(tagger_class, config, featurizer, labels: list[str], data, dev, *,
         "stopped_early": state.stopped_early,
         "history": state.history,
     }
-    return tagger_class(config, featurizer, labels, model, scores)
+    return model, scores

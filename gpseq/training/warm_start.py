@@ -2,6 +2,10 @@
 its posterior means mapped onto a new featurizer's columns and label set, by feature name and
 label, as the `LaplaceFit` the MAP fits start from.
 
+The previous model is given as its parts (`gpseq.training.train.TrainedParts`, or anything with
+the same `config`, `featurizer`, `labels`, `scores` and `arrays`: a `Tagger` has them): nothing here
+calls the tagger.
+
 A round of active learning adds sentences: the new featurizer has the old features plus new
 ones (or loses some, e.g. under a frequency cut), the label set may gain labels. Weights of a
 (feature, label) pair both taggers know start at the old value; every other weight, bias and
@@ -19,10 +23,11 @@ from gpseq.features.padded import PAD_ID
 WEIGHTS, BIAS, PAIRWISE = "var:linear/q_mu", "var:label_bias", "var:pairwise_mean"
 
 
-def previous_arrays(tagger) -> dict[str, np.ndarray]:
-    """The trained arrays of `tagger` (`StructuredGP.get_state` names), without building TensorFlow
-    when it was trained by the default training in this process."""
-    state = tagger._state if getattr(tagger, "_state", None) is not None else tagger.model.get_state()
+def previous_arrays(previous) -> dict[str, np.ndarray]:
+    """The trained arrays of the `previous` model (`StructuredGP.get_state` names: its `arrays`,
+    which do not build TensorFlow for a model of the default training), checked to be those of
+    weight-space linear unaries."""
+    state = previous.arrays
     missing = [name for name in (WEIGHTS, BIAS, PAIRWISE) if name not in state]
     if missing:
         raise ConfigError("init: the previous tagger has no weight-space linear unaries (arrays "

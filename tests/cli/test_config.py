@@ -47,6 +47,31 @@ def test_config_precedence_defaults_file_options_set(tmp_path):
     assert config.training.batch_size == TaggerConfig().training.batch_size  # untouched default
 
 
+
+def test_inducing_points_bring_the_rbf_gp_in_the_library_as_with_inducing():
+    """The model rule lives in ModelConfig, not in the command: inducing points asked for with the
+    default kernel are the linear + sparse RBF GP (trained by SVI), from Python as from --inducing;
+    a kernel given explicitly is kept, and a saved configuration reads back as it was."""
+    from gpseq.config import TaggerConfig, make_config
+    from gpseq.structured.config import ModelConfig
+
+    assert (ModelConfig().kernel, ModelConfig().num_inducing) == ("linear", 64)
+    model = ModelConfig(num_inducing=128)
+    assert (model.kernel, model.num_inducing, model.has_inducing) == ("linear+rbf", 128, True)
+    assert TaggerConfig(model=model).resolved_method() == "svi"
+    assert TaggerConfig.from_dict({"model": {"num_inducing": 128}}).model.kernel == "linear+rbf"
+    assert ModelConfig(kernel="linear", num_inducing=128).kernel == "linear"  # the user's kernel
+    assert ModelConfig(kernel="paper-rbf").num_inducing == 64
+    assert ModelConfig(kernel="linear").with_inducing(8) == ModelConfig(kernel="linear+rbf", num_inducing=8)
+    assert ModelConfig(kernel="paper-rbf").with_inducing(8).kernel == "paper-rbf"
+    saved = TaggerConfig().to_dict()  # a saved model's: kernel "linear" and num_inducing 64, both given
+    assert TaggerConfig.from_dict(saved).model == ModelConfig()
+    assert build_config(ConfigOptions(named={"--inducing": 16})).model == ModelConfig(num_inducing=16)
+    assert make_config(settings={"model.num_inducing": 16}).model == ModelConfig(num_inducing=16)
+    explicit = build_config(ConfigOptions(named={"--inducing": 16}, overrides=["model.kernel=linear"]))
+    assert explicit.model.kernel == "linear"  # --set after --inducing
+    assert build_config(ConfigOptions(overrides=["model.num_inducing=16"])).model.kernel == "linear"  # --set: as given
+
 def test_invalid_config_json_names_file_and_line(tmp_path):
     train = tmp_path / "t.conll"
     train.write_text("The DT B-NP\n\n", encoding="utf-8")

@@ -84,7 +84,7 @@ def test_fisher_diagonal_equals_the_variance_of_the_sufficient_statistics_by_enu
 def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
     """The threaded row-block product is SciPy's product: blocks of any count (forced below the
     size threshold), rows with no nonzeros, a 1-column dense factor."""
-    import gpseq.training.chain_objective as chain_objective
+    import gpseq.training.row_blocks as chain_objective  # RowBlocks
 
     monkeypatch.setattr(chain_objective, "PARALLEL_NONZEROS", 0)
     monkeypatch.setattr(chain_objective.os, "cpu_count", lambda: cpus)
@@ -110,7 +110,7 @@ def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
 def test_row_blocks_accumulate_without_scipys_kernel(monkeypatch):
     """`RowBlocks.accumulate` adds SciPy's product when its in-place kernel is missing (another
     SciPy) or the matrix's indices are 64-bit."""
-    import gpseq.training.chain_objective as chain_objective
+    import gpseq.training.row_blocks as chain_objective  # RowBlocks
 
     matrix = sp.random(30, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)
     dense = np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32)
