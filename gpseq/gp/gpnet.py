@@ -1,7 +1,7 @@
 """GPNet: an inference network for a GP posterior, trained by stochastic functional mirror descent
-(Shi, Khan & Zhu, `seeds/inference-networks-gp.md`).
+(Shi, Khan & Zhu, design notes `inference-networks-gp.md`).
 
-The posterior process is a network, not a sparse inducing-point posterior (seed, "Examples of
+The posterior process is a network, not a sparse inducing-point posterior (ibid., "Examples of
 inference networks"):
 
     q_γ(f):  f_p(x) = w_pᵀφ(x) + ξ_θ(x)_p,   w_p ~ N(m_p, V_p),   p = 1..P latent functions,
@@ -15,7 +15,7 @@ O(F) per point instead of O(F²), for many features), and ξ_θ an optional one-
 (`residual_hidden` units) that adds to the mean only. At any inputs X, q_γ(f_X) is Gaussian:
 mean Φ m + ξ(X), covariance Φ V Φᵀ (+ jitter).
 
-Step t (seed Algorithm 1) samples a minibatch and M measurement points, builds the target
+Step t (GPNet's Algorithm 1) samples a minibatch and M measurement points, builds the target
 q̂_{t+1} of the functional mirror-descent step and takes the network's loss towards it, with the
 prior hyperparameters' own bound (`gpseq.gp.gpnet_objective`, where the step is written out).
 

@@ -3,7 +3,7 @@ step's measurement points, the target q̂_{t+1} and the loss the shared `Trainer
 `GPNetTrainer`) takes a step on. Each function takes the `GPNet` as `model`; the model's methods
 (`measurement_points`, `gaussian_target`, `loss`) call them.
 
-Step t (seed Algorithm 1) samples a minibatch (X_b, y_b) of B points and M measurement points X_M
+Step t (GPNet's Algorithm 1) samples a minibatch (X_b, y_b) of B points and M measurement points X_M
 from c(x) = a training input plus a spread (`spread`: gaussian / uniform / none, scaled by
 `spread_scale` × the prior kernel's lengthscales; the reference code uses N(0, ℓ²/2)), with
 
@@ -14,10 +14,10 @@ and the target of the functional mirror-descent step,
     q̂_{t+1}(f) ∝ p(y_b | f_b)^{Nβ_t/B} p(f)^{β_t} q_{γ_t}(f)^{1−β_t}.
 
 (With β₀ = decay = power = 1, β_t = 1/t and exact steps make q the posterior of every batch seen,
-each weighted equally and tempered to N; on the 1 M-point benchmark set that was worse than ½,
-validation NLPD 0.2252 vs 0.2202 after 120 s — issue 22.)
+each weighted equally and tempered to N; power ½, the default, fits better (benchmarks/RESULTS.md,
+"GPNet vs SVGP").)
 
-- **Gaussian likelihood** (seed eq. 10): on X = [X_b; X_M], p(f_X)^β q_t(f_X)^{1−β} = N(m̃, K̃) with
+- **Gaussian likelihood** (GPNet's eq. 10): on X = [X_b; X_M], p(f_X)^β q_t(f_X)^{1−β} = N(m̃, K̃) with
   K̃⁻¹ = β K⁻¹ + (1 − β) Σ_t⁻¹ and K̃⁻¹ m̃ = (1 − β) Σ_t⁻¹ μ_t, computed without inverting the
   (low-rank) Σ_t: with S = β Σ_t + (1 − β) K,
       m̃ = (1 − β) K S⁻¹ μ_t,   K̃ = (K − (1 − β) K S⁻¹ K) / β = (Σ_t − β Σ_t S⁻¹ Σ_t) / (1 − β)
@@ -25,7 +25,7 @@ validation NLPD 0.2252 vs 0.2202 after 120 s — issue 22.)
   Then GP regression of y_b with noise σ² B / (N β) gives q̂_{t+1}(f_M) in closed form, and γ takes
   one optimiser step on KL[q_γ(f_M) ‖ q̂_{t+1}(f_M)]. With β = 1 and the whole data as the batch,
   q̂_{t+1}(f_M) is the exact GP posterior at X_M.
-- **Other likelihoods** (Bernoulli, Softmax): the seed's surrogate over X = [X_b; X_M],
+- **Other likelihoods** (Bernoulli, Softmax): GPNet's surrogate over X = [X_b; X_M],
       L_t = E_{q_γ}[N β/B Σ_b log p(y_b | f_b) + β log p(f_X) + (1 − β) log q_{γ_t}(f_X) − log q_γ(f_X)]
           = β (N/B Σ_b E_{q_γ}[log p(y_b | f_b)] − KL[q_γ(f_X) ‖ p(f_X)]) − (1 − β) KL[q_γ(f_X) ‖ q_{γ_t}(f_X)],
   maximised; the expectations are over the network's marginals at X_b by the likelihood's own
@@ -53,7 +53,7 @@ tfd = tfp.distributions
 
 
 def beta_schedule(step, beta0: float = 1.0, decay: float = 1.0, power: float = 0.5):
-    """β_t = β₀ / (1 + decay · step^power) for the 0-based step (the seed's t − 1) → scalar."""
+    """β_t = β₀ / (1 + decay · step^power) for the 0-based step (Algorithm 1's t − 1) → scalar."""
     step = tf.cast(step, tf.float64)
     return beta0 / (1.0 + decay * step**power)
 
@@ -81,7 +81,7 @@ def measurement_points(model, seed, X_batch=None):
 
 
 def gaussian_target(model, X, Y, X_M, beta, q_mean=None, q_cov=None, prior_cov=None):
-    """q̂_{t+1}(f_M) of a Gaussian likelihood (module docstring, seed eq. 10) → mean `[M, P]`,
+    """q̂_{t+1}(f_M) of a Gaussian likelihood (module docstring, GPNet's eq. 10) → mean `[M, P]`,
     covariance `[P, M, M]`, from the minibatch `X [B, D]`, `Y [B, P]` (treated as the fraction
     B / num_data of the data), measurement points `X_M [M, D]` and `beta`; q_{γ_t} is the network
     as it is (or `q_mean [B+M, P]`, `q_cov [P, B+M, B+M]` on [X; X_M]), the prior its kernel's

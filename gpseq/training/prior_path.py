@@ -24,13 +24,11 @@ from gpseq.training.chain_objective import NumpyChainObjective
 from gpseq.training.laplace import LaplaceFit, average_fit, calibrate, fit_laplace, held_out_parts, model_state
 
 # cross-fitting's fold fits run this share of the iteration budgets: they only rank the priors and
-# calibrate (small-scale protocol, 5 seeded folds x 4 sets: the same choices, T within 0.01 and
-# test NLL within 0.0004 of full budgets, at 40 % of the cost)
+# calibrate, and choose the same priors and calibration as full budgets at a fraction of the cost
 FOLD_BUDGET_SHARE = 0.4
 # the walk's later fits, each warm-started from a neighbouring prior's fit, run this share of the
 # budget: the held-out ranking of priors compares them as fitted, so a weak prior whose fit stopped
-# short of its optimum ranks as if it were stronger (with 15 iterations instead of 33, CoNLL-2000
-# chunking chose σ² = 16 over 2 and its test NLL and ECE came out worse by the paired bootstrap)
+# short of its optimum ranks as if it were stronger
 STEP_BUDGET_SHARE = 1 / 3
 # the fits after the choice — the refit on train + dev, the fit on all the sentences after
 # cross-fitting — start from the chosen fit (or the folds' average) and its Fisher diagonal, which
@@ -64,7 +62,7 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     model uses by default (`scores["decode"]`; not called without calibration).
 
     BLAS runs on one thread meanwhile: the NumPy chain's products are [n, V] @ [V, V], where
-    OpenBLAS's threads cost more than they save (2–3× slower measured on 2 busy cores); and freed
+    OpenBLAS's threads cost more than they save; and freed
     large arrays are kept for the next evaluation (`gpseq.training.allocator`)."""
     from threadpoolctl import threadpool_limits
 

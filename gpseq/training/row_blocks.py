@@ -27,8 +27,8 @@ def _threads() -> ThreadPoolExecutor:
 class RowBlocks:
     """A CSR matrix cut into row blocks of about equal nonzeros, whose product with a dense matrix
     runs one block per thread: SciPy's sparse products release the GIL, and they are most of a
-    large corpus's evaluation (on CoNLL-2000 chunking, X·W and Xᵀ·R took ≈ 80 % of it, the
-    forward–backward the rest). One block below `PARALLEL_NONZEROS` or on one core."""
+    large corpus's evaluation (the forward–backward is the rest). One block below
+    `PARALLEL_NONZEROS` or on one core."""
 
     def __init__(self, matrix):
         matrix = matrix.tocsr()
@@ -51,8 +51,8 @@ class RowBlocks:
 
     def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
         """out += self @ dense, in place: no product-sized array is allocated (a gradient's is
-        [D, V], 70 MB for CoNLL-2000 POS tagging, which the allocator maps and unmaps afresh at each
-        call: a third of an evaluation's time went to page faults). `out`: C-contiguous, [rows, k]."""
+        [D, V], which the allocator would otherwise map and page-fault in afresh at each call).
+        `out`: C-contiguous, [rows, k]."""
         dense = np.ascontiguousarray(dense, out.dtype)
         fast = _MATVECS is not None and out.flags.c_contiguous and out.dtype == self.dtype
 
