@@ -1,4 +1,4 @@
-"""Acting on probabilities with a trained tagger (issue 19): the predictive's chains, exact span
+"""Acting on probabilities with a trained tagger: the predictive's chains, exact span
 probabilities and n-best lists against enumeration of every label path, abstention."""
 
 from __future__ import annotations

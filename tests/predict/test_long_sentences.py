@@ -182,8 +182,8 @@ def _unpunctuated_words(n_words: int, seed: int = 0) -> list[str]:
 
 @pytest.mark.slow
 def test_peak_rss_tagging_1mb_of_unpunctuated_text(default_model, tmp_path):
-    """`gpseq tag` at default settings on 1 MB of wrapped text without a sentence boundary (past 12
-    GB before issue 14): under the bound, every word tagged."""
+    """`gpseq tag` at default settings on 1 MB of wrapped text without a sentence boundary (one
+    sentence of 150,000 words unless the tagger cuts it): under the bound, every word tagged."""
     words = _unpunctuated_words(150_000)
     lines = [" ".join(words[i:i + 12]) for i in range(0, len(words), 12)]
     text = tmp_path / "wrapped.txt"

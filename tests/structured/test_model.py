@@ -83,7 +83,7 @@ def _brute_log_lik(labels, unary, pairwise):
 @pytest.mark.parametrize("kernel, K, whiten, conditional", [
     ("linear+rbf", 1, True, "full"), ("linear+rbf", 1, True, "diag"), ("linear+rbf", 2, True, "diag"),
     ("linear+rbf", 2, False, "diag"), ("linear+rbf", 1, False, "full"),
-    ("linear", 2, True, "diag"),  # K > 1 without a q(u): one Gaussian, not K copies (issue 18)
+    ("linear", 2, True, "diag"),  # K > 1 without a q(u): one Gaussian, not K copies
 ])
 def test_expected_log_likelihood_matches_independent_monte_carlo(kernel, K, whiten, conditional):
     """The model's Monte Carlo ELL (seed eqs. 8, 19) against NumPy Monte Carlo over the dense
