@@ -26,7 +26,6 @@ from gpseq.predict.decode import TaggedSentence
 from gpseq.predict.predictor import Predictor
 from gpseq.predict.tagging import TaggingModel, model_predictor
 from gpseq.saved.tagger import build_model, read_tagger, write_tagger
-from gpseq.training.batching import SequenceData
 from gpseq.training.config import Progress
 from gpseq.training.train import TrainedParts, train_tagger
 
@@ -110,9 +109,6 @@ class Tagger(TaggingModel):
                                     init._state if init._state is not None else init.model, init.scores)
         return cls(*train_tagger(train, config, dev=dev, callbacks=callbacks, checkpoint_dir=checkpoint_dir,
                                  resume=resume, init=previous))
-
-    # the former private helper, now `SequenceData.featurised` (tests/test_unseen_feature_variance.py calls it)
-    _sequence_data = staticmethod(SequenceData.featurised)
 
     # ---- active learning ----------------------------------------------------------------------
     def select(self, sentences: Iterable, n: int, strategy: str = "bald", **options) -> list:

@@ -8,7 +8,7 @@
 
 A format is a reader `(source, options) -> Iterator[Sentence]` registered under a name with the
 file suffixes `auto` knows it by; adding one is `@register_format("name", suffixes)` here (or
-anywhere imported before use) and a test in tests/test_corpora.py.
+anywhere imported before use) and a test in tests/corpora/test_corpora.py.
 """
 
 from __future__ import annotations

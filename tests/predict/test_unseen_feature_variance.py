@@ -109,13 +109,13 @@ def test_potential_variance_is_the_sum_over_features_with_prior_variance_off_the
     """The default fit's predictive variance of each label's potential, for tokens with unseen words,
     summed by hand: s of a support pair, σ² of a pair off it, x₀² σ² for the k features the vocabulary
     lacks (column 0 = k: k² σ²)."""
-    from gpseq.tagger import Tagger
+    from gpseq.training.batching import SequenceData
     from gpseq.training.chain_objective import NumpyChainObjective
     from gpseq.training.laplace import fit_laplace
 
     featurizer = Featurizer(tiny_config()).fit(TRAIN)
     labels = ["D", "N", "V"]
-    data = Tagger._sequence_data(featurizer, TRAIN, {l: i for i, l in enumerate(labels)})
+    data = SequenceData.featurised(featurizer, TRAIN, {l: i for i, l in enumerate(labels)})
     groups, names = featurizer.column_groups()
     sigma2 = 0.8
     fit = fit_laplace(NumpyChainObjective(data, 3), groups, names, prior_variance=sigma2, max_iterations=50)
