@@ -6,8 +6,9 @@ feature for every token of a batch is then a vectorised mixed-radix key over the
 its parts (shifted by their offsets, boundary ids outside the sentence), looked up in the
 template's vocabulary table (or hashed). Python touches each token only for dictionary lookups.
 
-In vocabulary mode columns are assigned template by template, so the active columns of a row
-come out sorted without a sort. Column PAD_ID = 0 holds no feature of the vocabulary: with
+In vocabulary mode columns are assigned by descending training count, so the weights that most
+tokens read lie together (the corpus products' gathers stay in cache); a row's columns are sorted
+once per batch. Column PAD_ID = 0 holds no feature of the vocabulary: with
 `unseen_column` it carries k for a token that has k template features the vocabulary lacks (a word
 form, affix or conjunction never seen in fit). Its weight never meets data in training, so it keeps
 its prior N(0, σ²) and adds x₀² σ² to every label's potential variance and nothing to its mean. The
@@ -322,17 +323,27 @@ class Featurizer:
             remap[source] = table
             spaces[source] = ValueSpace(n_boundary, [old.strings[i - n_boundary] for i in real], frozen=True)
         self._values.use_spaces(spaces)  # lexical value ids change with the new spaces
-        tables, next_column = [], PAD_ID + 1
-        for template, parts, kept in zip(self._templates, kept_parts, kept_keys):
-            key = np.zeros(len(kept), dtype=np.int64)
+        kept_counts = [all_counts[bounds[i] : bounds[i + 1]][keep[bounds[i] : bounds[i + 1]]]
+                       for i in range(len(uniques))]
+        keys, sizes = [], [len(kept) for kept in kept_keys]
+        for template, parts, count in zip(self._templates, kept_parts, kept_counts):
+            key = np.zeros(len(count), dtype=np.int64)
             for (source, _), ids in zip(template.parts, parts):
                 key = key * spaces[source].radix + remap[source][ids]
-            key = np.sort(key)
-            columns = np.arange(next_column, next_column + len(key), dtype=np.int32)
-            next_column += len(key)
-            tables.append(VocabularyTable(key, columns, self._key_space(template)))
+            keys.append(key)
+        # columns by descending training count (ties: template, then key order): the weights of
+        # the frequent features, which most tokens read, sit together at the top of W, so the
+        # corpus products' row gathers stay in cache
+        counts_all = np.concatenate(kept_counts) if kept_counts else np.zeros(0, np.int64)
+        columns_all = np.empty(len(counts_all), dtype=np.int32)
+        columns_all[np.argsort(-counts_all, kind="stable")] = PAD_ID + 1 + np.arange(len(counts_all), dtype=np.int32)
+        starts = np.cumsum([0] + sizes)
+        tables = []
+        for template, key, low, high in zip(self._templates, keys, starts[:-1], starts[1:]):
+            order = np.argsort(key, kind="stable")
+            tables.append(VocabularyTable(key[order], columns_all[low:high][order], self._key_space(template)))
         self._tables = tables
-        self._n_features = next_column
+        self._n_features = PAD_ID + 1 + len(counts_all)
         return self
 
     # ------------------------------------------------------------------ vectorisation
@@ -356,6 +367,8 @@ class Featurizer:
             for j, (template, table) in enumerate(zip(self._templates, self._tables)):
                 keys, valid = self._keys(template, values, geometry, cache, n)
                 slots[:, j] = table.lookup(keys, valid)
+        if not self.hashing:
+            slots.sort(axis=1)  # each row's columns in order (columns go by frequency, not by template)
         active = slots != PAD_ID
         dtype = np.dtype(self.config.dtype)
         values = None
@@ -378,7 +391,7 @@ class Featurizer:
             if self.config.binary:
                 rows.data[:] = 1
         else:
-            rows.has_sorted_indices = True  # columns are assigned template by template
+            rows.has_sorted_indices = True  # the slots were sorted above; column 0 comes first
         if self.config.l2_normalize and rows.nnz:
             norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=1)).ravel())
             norms[norms == 0] = 1
