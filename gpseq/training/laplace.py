@@ -89,14 +89,39 @@ class LaplaceFit:
         out[self.support] = transform(self.weight_variance)
         return out.reshape(self.num_features, self.num_labels)
 
+    def on_support(self, values: np.ndarray):
+        """`values` on the support as a sparse `[D, V]` CSR matrix (0 elsewhere): products with it
+        cost the support, not D · V (the dense `[D, V]` arrays of a large vocabulary are training's
+        largest)."""
+        import scipy.sparse as sp
+
+        V = self.num_labels
+        indptr = np.zeros(self.num_features + 1, np.int64)
+        np.cumsum(np.bincount(self.support // V, minlength=self.num_features), out=indptr[1:])
+        return sp.csr_matrix((np.asarray(values, np.float64), (self.support % V).astype(np.int32), indptr),
+                             shape=(self.num_features, V))
+
+    def _mean(self, rows) -> np.ndarray:
+        """b + X W of float64 CSR `rows [N, D]`, `[N, V]`."""
+        return (rows @ self.on_support(self.weights)).toarray() + self.bias
+
+    def _variance(self, squares) -> np.ndarray:
+        """X² s of float64 CSR `squares [N, D]` (X∘X), s = `variance()`, `[N, V]`, from the support
+        and the per-feature prior without the dense s."""
+        if self.prior_variance is None:
+            off = np.full(self.num_features, STRUCTURAL_ZERO_VARIANCE)
+        else:
+            off = np.asarray(self.prior_variance, np.float64)
+        delta = self.weight_variance - off[self.support // self.num_labels]
+        return (squares @ self.on_support(delta)).toarray() + (squares @ off)[:, None]
+
     def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each. A
         weight off the support keeps its prior variance (`variance`): a feature this fit never saw,
         and column 0 (the count of the features the vocabulary lacks, `gpseq.features.featurizer`),
         widen a token's potentials by their prior, as the weight-space GP's predictive does."""
-        rows = rows.astype(np.float64)
-        mean = rows @ self.dense(self.weights) + self.bias
-        return mean, rows.multiply(rows) @ self.variance()
+        rows = rows.astype(np.float64).tocsr()
+        return self._mean(rows), self._variance(rows.multiply(rows).tocsr())
 
     def held_out(self, data: SequenceData, shared: bool = True) -> HeldOut:
         """The fit's predictive moments on labelled `data` as calibration's `HeldOut`, with the
@@ -107,11 +132,11 @@ class LaplaceFit:
         through column 0. Their k (x₀ = k and one per column for `shared` unseen weights, else x₀²
         and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0."""
         rows = data.rows.astype(np.float64).tocsr()
-        mean = rows @ self.dense(self.weights) + self.bias
+        mean = self._mean(rows)
         squares = rows.copy()
         squares.data = rows.data ** 2
         if self.prior_variance is None:
-            return HeldOut(mean, squares @ self.variance(), self.pairwise, self.pairwise_variance, data.label_ids,
+            return HeldOut(mean, self._variance(squares), self.pairwise, self.pairwise_variance, data.label_ids,
                            data.offsets)
         seen = np.zeros(self.num_features, bool)
         seen[self.support // self.num_labels] = True
@@ -121,7 +146,7 @@ class LaplaceFit:
         count = np.bincount(token, weights=(rows.data if shared else squares.data)[unseen], minlength=squares.shape[0])
         squares.data[unseen] = 0.0
         prior = float(self.prior_variance[PAD_ID])
-        return HeldOut(mean, squares @ self.variance(), self.pairwise, self.pairwise_variance, data.label_ids,
+        return HeldOut(mean, self._variance(squares), self.pairwise, self.pairwise_variance, data.label_ids,
                        data.offsets, (count ** 2 if shared else count) * prior)
 
 

@@ -234,3 +234,30 @@ def test_average_fit_sums_fold_fishers_to_the_fisher_of_the_whole_corpus():
     np.testing.assert_allclose(averaged[everywhere], f_w[everywhere], rtol=1e-10)
     assert np.all(averaged[~everywhere] <= f_w[~everywhere] + 1e-12) and (~everywhere).any()
     np.testing.assert_allclose(average.fisher[2], f_p, rtol=1e-10)
+
+
+def test_held_out_moments_match_the_dense_weight_arrays():
+    """`held_out`'s sparse products against X W and X² s with dense `[D, V]` arrays, by hand: the
+    columns no weight of the support touches (and column 0) go to `unseen` as (Σ x)² σ₀²."""
+    from gpseq.training.batching import SequenceData
+    from gpseq.training.laplace import LaplaceFit, LaplaceReport
+
+    rng = np.random.default_rng(3)
+    D, V, N = 40, 3, 25
+    support = np.sort(rng.choice(np.arange(V, 30 * V), 45, replace=False))  # features ≥ 30 never seen
+    prior = rng.uniform(0.5, 3.0, D)
+    fit = LaplaceFit(D, rng.normal(size=V), support, rng.normal(size=45), rng.uniform(0.1, 1.0, 45),
+                     rng.normal(size=(V, V)), rng.uniform(size=(V, V)), LaplaceReport(), prior)
+    X = sp.random(N, D, density=0.25, format="csr", random_state=4, data_rvs=lambda n: rng.uniform(0.5, 2.0, n))
+    held = fit.held_out(SequenceData(X, np.array([0, 10, N]), rng.integers(0, V, N)))
+    dense = X.toarray()
+    W = np.zeros(D * V)
+    W[support] = fit.weights
+    s = np.repeat(prior, V)
+    s[support] = fit.weight_variance
+    seen = np.zeros(D, bool)
+    seen[support // V] = True
+    seen[0] = False
+    np.testing.assert_allclose(held.mean, dense @ W.reshape(D, V) + fit.bias, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(held.variance, (dense[:, seen] ** 2) @ s.reshape(D, V)[seen], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(held.unseen, dense[:, ~seen].sum(1) ** 2 * prior[0], rtol=1e-12)
