@@ -39,7 +39,11 @@ from gpseq.training.batching import UNLABELLED_ID, SequenceData
 from gpseq.training.row_blocks import RowBlocks
 
 
-CHUNK_TOKENS = 65_536  # tokens of one chunk of the objective (`NumpyChainObjective`)
+# tokens of one chunk of the objective (`NumpyChainObjective`): the forward–backward's arrays of
+# the two chunks in flight (ten or so of [n, V] each) are the part of training's memory that grows
+# with V; at this size they are small enough to stay in cache between steps, and the Python cost
+# per chunk is still small against its products (benchmarks/RESULTS.md, the training-time section)
+CHUNK_TOKENS = 16_384
 MEMORY_TOKENS = 500_000  # tokens of chunks an objective keeps in memory; the others it writes to disk
 PAIR_MASK_SIZE = 1 << 26  # (feature, label) pairs up to which `observed_pairs` marks a mask rather than sorting
 CHUNK_THREADS = 2  # chunks of the objective evaluated at once (`NumpyChainObjective._summed`)
