@@ -91,8 +91,7 @@ class LaplaceFit:
 
     def on_support(self, values: np.ndarray):
         """`values` on the support as a sparse `[D, V]` CSR matrix (0 elsewhere): products with it
-        cost the support, not D · V (the dense `[D, V]` arrays of a large vocabulary are training's
-        largest)."""
+        cost the support, not D · V, and allocate no dense `[D, V]` array."""
         import scipy.sparse as sp
 
         V = self.num_labels
