@@ -325,19 +325,18 @@ class Featurizer:
         self._values.use_spaces(spaces)  # lexical value ids change with the new spaces
         kept_counts = [all_counts[bounds[i] : bounds[i + 1]][keep[bounds[i] : bounds[i + 1]]]
                        for i in range(len(uniques))]
-        keys, sizes = [], [len(kept) for kept in kept_keys]
+        keys = []
         for template, parts, count in zip(self._templates, kept_parts, kept_counts):
             key = np.zeros(len(count), dtype=np.int64)
             for (source, _), ids in zip(template.parts, parts):
                 key = key * spaces[source].radix + remap[source][ids]
             keys.append(key)
-        # columns by descending training count (ties: template, then key order): the weights of
-        # the frequent features, which most tokens read, sit together at the top of W, so the
-        # corpus products' row gathers stay in cache
+        # columns by descending training count (ties: template, then key order): the weights most
+        # tokens read sit together at the top of W, where the corpus products' gathers stay in cache
         counts_all = np.concatenate(kept_counts) if kept_counts else np.zeros(0, np.int64)
         columns_all = np.empty(len(counts_all), dtype=np.int32)
         columns_all[np.argsort(-counts_all, kind="stable")] = PAD_ID + 1 + np.arange(len(counts_all), dtype=np.int32)
-        starts = np.cumsum([0] + sizes)
+        starts = np.cumsum([0] + [len(kept) for kept in kept_keys])
         tables = []
         for template, key, low, high in zip(self._templates, keys, starts[:-1], starts[1:]):
             order = np.argsort(key, kind="stable")
