@@ -25,6 +25,7 @@ The default training around these fits (prior path, cross-fitting, calibration, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -89,16 +90,27 @@ class LaplaceFit:
         out[self.support] = transform(self.weight_variance)
         return out.reshape(self.num_features, self.num_labels)
 
+    @cached_property
+    def _pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The support's CSR pattern over `[D, V]` (indptr `[D+1]`, label columns `[P]`) and which
+        features it has `[D]` (column 0 never): computed once per fit, used by every dev chunk."""
+        V = self.num_labels
+        feature = self.support // V
+        indptr = np.zeros(self.num_features + 1, np.int64)
+        np.cumsum(np.bincount(feature, minlength=self.num_features), out=indptr[1:])
+        seen = np.zeros(self.num_features, bool)
+        seen[feature] = True
+        seen[PAD_ID] = False
+        return indptr, (self.support % V).astype(np.int32), seen
+
     def on_support(self, values: np.ndarray):
         """`values` on the support as a sparse `[D, V]` CSR matrix (0 elsewhere): products with it
         cost the support, not D · V, and allocate no dense `[D, V]` array."""
         import scipy.sparse as sp
 
-        V = self.num_labels
-        indptr = np.zeros(self.num_features + 1, np.int64)
-        np.cumsum(np.bincount(self.support // V, minlength=self.num_features), out=indptr[1:])
-        return sp.csr_matrix((np.asarray(values, np.float64), (self.support % V).astype(np.int32), indptr),
-                             shape=(self.num_features, V))
+        indptr, columns, _ = self._pattern
+        return sp.csr_matrix((np.asarray(values, np.float64), columns, indptr),
+                             shape=(self.num_features, self.num_labels))
 
     def _mean(self, rows) -> np.ndarray:
         """b + X W of float64 CSR `rows [N, D]`, `[N, V]`."""
@@ -137,10 +149,7 @@ class LaplaceFit:
         if self.prior_variance is None:
             return HeldOut(mean, self._variance(squares), self.pairwise, self.pairwise_variance, data.label_ids,
                            data.offsets)
-        seen = np.zeros(self.num_features, bool)
-        seen[self.support // self.num_labels] = True
-        seen[PAD_ID] = False
-        unseen = ~seen[squares.indices]
+        unseen = ~self._pattern[2][squares.indices]
         token = np.repeat(np.arange(squares.shape[0]), np.diff(squares.indptr))[unseen]
         count = np.bincount(token, weights=(rows.data if shared else squares.data)[unseen], minlength=squares.shape[0])
         squares.data[unseen] = 0.0
