@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 from gpseq.corpora.lines import Source, numbered_pieces
 from gpseq.corpora.types import Sentence
+from gpseq.errors import ConfigError
 
 TEXT_MAX_CHARS = 100_000
 TEXT_MAX_TOKENS = 1_000
@@ -33,13 +34,23 @@ _RUN = re.compile(r"\S+")
 _SENTENCE_END = ".!?。．！？"
 
 
-def blank_nlp(lang: str):
-    """A blank spaCy pipeline of `lang` with a sentencizer: what raw text is read with."""
-    import spacy
+_BLANK_NLPS: dict = {}
 
-    nlp = spacy.blank(lang)
-    nlp.add_pipe("sentencizer")
-    return nlp
+
+def blank_nlp(lang: str):
+    """The blank spaCy pipeline of `lang` with a sentencizer, built once per language and process:
+    raw text is read with it, and the featurizer's lexical attributes come from its vocabulary
+    (building a pipeline compiles the language's tokenizer rules, a tenth of a second)."""
+    if lang not in _BLANK_NLPS:
+        import spacy
+
+        try:
+            nlp = spacy.blank(lang)
+        except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
+            raise ConfigError(f"language {lang!r}: no spaCy language ({err})") from None
+        nlp.add_pipe("sentencizer")
+        _BLANK_NLPS[lang] = nlp
+    return _BLANK_NLPS[lang]
 
 
 def cut_at_whitespace(text: str | Iterable[str], limit: int) -> Iterator[tuple[int, str]]:

@@ -12,13 +12,13 @@ from itertools import chain, repeat
 
 import numpy as np
 
+from gpseq.corpora.text import blank_nlp
 from gpseq.errors import ConfigError, InputFormatError
 from gpseq.features.config import FeatureConfig
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical, needs_lexeme
 from gpseq.features.templates import boundary_string
 
 _TYPE_CACHE_MAX = 2_000_000  # word types cached before the cache is reset
-_BLANK_VOCABS: dict = {}
 
 
 class ValueSpace:
@@ -229,15 +229,12 @@ class TokenValues:
 
 
 def blank_vocab(lang: str):
-    """The Vocab of `spacy.blank(lang)`, shared by all featurizers (lexical attributes only)."""
-    if lang not in _BLANK_VOCABS:
-        import spacy
-
-        try:
-            _BLANK_VOCABS[lang] = spacy.blank(lang).vocab
-        except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
-            raise ConfigError(f"features.lang {lang!r}: no spaCy language ({err})") from None
-    return _BLANK_VOCABS[lang]
+    """The Vocab of the blank pipeline of `lang` (lexical attributes only), shared by all featurizers
+    and the raw-text reader."""
+    try:
+        return blank_nlp(lang).vocab
+    except ConfigError as err:
+        raise ConfigError(f"features.lang {lang!r}: {str(err).split(': ', 1)[1]}") from None
 
 
 def token_strings(tokens: list, attribute: str) -> list[str]:
