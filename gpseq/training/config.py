@@ -25,10 +25,10 @@ class TrainingConfig:
     # Empty = model.prior_variance
     l1_grid: list = field(default_factory=lambda: [1.0, 0.1, 0.01, 0.0])  # laplace: strengths of the Laplace
     # prior (L1) on the weights, searched in this order within each σ² (a warm-started path from the
-    # sparsest fit; a strength replaces the one chosen so far only when its held-out NLL is lower by
-    # one standard error, and the path ends at the first that is not: `prior_path.PathChoice`; the
-    # fits run on a budget, so the path's warm starts matter); the first pair (σ², l1) is the model
-    # without a dev split
+    # sparsest fit; the densest strength whose held-out NLL is not worse than the best by one standard
+    # error is chosen, and the path ends at the first that is: `prior_path.PathChoice`; the fits run
+    # on a budget, so the path's warm starts matter); the first pair (σ², l1) is the model without a
+    # dev split
     pairwise_variance_grid: list = field(default_factory=lambda: [1.0, 16.0])  # laplace: the pairwise
     # potentials' prior variances σ²_P, tried in order at the chosen (σ², l1), each kept when its
     # held-out NLL is lower at all (no standard-error margin: V² weights, not a denser model): a large

@@ -6,8 +6,10 @@ along a warm-started walk — the L1 path at the first σ², then the other σ²
 other pairwise prior variances σ²_P at the chosen (σ², λ) (`choose_prior`) — ranks them by the NLL
 of the dev split carved from the training data at each fit's best temperature
 (`gpseq.training.calibration`; a small corpus: of the out-of-fold predictions of cross-fitting
-instead) with the one-standard-error rule (σ²_P by the lower NLL alone), calibrates the chosen fit's predictive in full (α, T)
-and refits it on train + dev. The step budget is L-BFGS's, not a number of epochs.
+instead) with one-standard-error rules (`PathChoice`: on the L1 path the densest fit not worse
+than the best — under cross-fitting a denser one only when better —, σ² only when better, σ²_P by
+the lower NLL alone), calibrates the chosen fit's predictive in full (α, T) and refits it on
+train + dev. The step budget is L-BFGS's, not a number of epochs.
 """
 
 from __future__ import annotations
@@ -89,35 +91,38 @@ def prior_key(prior: tuple[float, float, float]) -> str:
     return "/".join(f"{value:g}" for value in prior)
 
 
-def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None):
-    """Walk the priors (σ², λ, σ²_P) and choose one by the one-standard-error rule (`PathChoice`):
-    the L1 path (σ²₀, λ, σ²_P₀) for λ in `strengths` at the first σ² (each fit warm-started from
-    the previous one, the sparsest first), then, at the chosen λ, the other σ² in order, then, at
-    the chosen (σ², λ), the other pairwise prior variances in order (each warm-started from the
-    fit chosen so far). Each walk ends at the first prior not better than the choice so far.
+def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None, denser=True):
+    """Walk the priors (σ², λ, σ²_P) and choose one (`PathChoice`): the L1 path (σ²₀, λ, σ²_P₀) for
+    λ in `strengths` at the first σ² (each fit warm-started from the previous one, the sparsest
+    first), then, at the chosen λ, the other σ² in order, then, at the chosen (σ², λ), the other
+    pairwise prior variances in order (each warm-started from the fit chosen so far). The L1 path
+    chooses the densest strength not worse than the best by one standard error and ends at the
+    first that is (`denser`; else a strength replaces the choice only when better by one standard
+    error, and the path ends at the first that is not); the σ² walk ends at the first prior not better than the choice so far by one
+    standard error, the σ²_P walk at the first not lower.
     `fit_at(number, prior, warm)` fits the `number`-th prior of the walk (0: the first, on the
     whole budget); `rank(fit)` is its held-out ranking (`fit_calibration_parts(..., sentences=True)`).
     Returns (the `PathChoice`, the held-out NLL of every prior fitted, in fitting order)."""
     choice, candidates, number = PathChoice(), {}, 0
 
-    def visit(prior, warm, margin=True):
+    def visit(prior, warm, rule):
         nonlocal number
         fit = fit_at(number, prior, warm)
         number += 1
         ranked = rank(fit)
         candidates[prior] = ranked["dev_token_nll"]
-        return fit, choice.offer(prior, ranked, fit, margin)
+        return fit, choice.offer(prior, ranked, fit, rule)
 
     for l1 in strengths:
-        warm, ended = visit((variances[0], l1, pairwise[0]), warm)
+        warm, ended = visit((variances[0], l1, pairwise[0]), warm, "denser" if denser else "better")
         if ended:
             break
     for variance in variances[1:]:
-        _, ended = visit((variance, choice.prior[1], pairwise[0]), choice.fit)
+        _, ended = visit((variance, choice.prior[1], pairwise[0]), choice.fit, "better")
         if ended:
             break
     for pair_variance in pairwise[1:]:  # V² weights, not a sparser or denser model: the lower NLL
-        _, ended = visit((*choice.prior[:2], pair_variance), choice.fit, margin=False)
+        _, ended = visit((*choice.prior[:2], pair_variance), choice.fit, "lower")
         if ended:
             break
     return choice, candidates
@@ -126,9 +131,8 @@ def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None)
 def significantly_better(candidate: dict, best: dict) -> bool:
     """Whether the `candidate` fit's held-out NLL per token (`calibrate(..., sentences=True)`) is
     below the `best` one's by more than one standard error of their paired difference (sentences
-    as the units): along the L1 path a weaker prior replaces a stronger one only then, and the path
-    ends at the first that does not — the one-standard-error rule, which keeps selection noise
-    (dev NLLs within 1e-4 of each other on CoNLL-2000 POS tagging) from choosing a denser model."""
+    as the units): selection noise (dev NLLs within 1e-4 of each other on CoNLL-2000 POS tagging)
+    decides nothing."""
     diff = candidate["dev_sentence_nll"] - best["dev_sentence_nll"]
     tokens = candidate["dev_tokens"]
     error = np.sqrt(len(diff)) * diff.std(ddof=1) / tokens if len(diff) > 1 else 0.0
@@ -136,22 +140,40 @@ def significantly_better(candidate: dict, best: dict) -> bool:
 
 
 class PathChoice:
-    """The one-standard-error rule along a walk of priors (`choose_prior`): a prior replaces the
-    one chosen so far only when its held-out NLL is better by more than one standard error
-    (`significantly_better`), and the walk ends at the first prior that is not. The same rule on a
-    dev split and under cross-fitting."""
+    """The choice along a walk of priors (`choose_prior`), by one of three rules per offer:
+    - "denser" (the L1 path, sparsest first): a strength becomes the choice unless its held-out
+      NLL is worse than the best fitted so far by more than one standard error
+      (`significantly_better`), and the path ends at the first that is. Among fits the held-out
+      data cannot tell apart, the densest: a tagger whose evidence is spread over more features
+      loses less when some of them are missing or changed in the tagged text (Sutton, Sindelar &
+      McCallum 2006, weight undertraining; measured in benchmarks/RESULTS.md, "Denser ties");
+    - "better" (σ², and the L1 path under cross-fitting): a prior replaces the choice only when its
+      NLL is lower by more than one standard error, and the walk ends at the first that is not. On
+      a small corpus the out-of-fold NLLs are too noisy for one standard error to tell a tie from a
+      real loss (the same section);
+    - "lower" (σ²_P): any lower NLL replaces the choice."""
 
     def __init__(self):
         self.prior, self.ranked, self.fit = None, None, None
+        self.best = None  # the ranking of the lowest held-out NLL offered so far
 
-    def offer(self, prior: tuple[float, float, float], ranked: dict, fit, margin: bool = True) -> bool:
-        """Rank `fit` (of `prior`) by `ranked` against the choice so far; True: the walk ends here.
-        `margin=False`: any lower held-out NLL replaces the choice (no standard-error margin)."""
-        better = self.ranked is None or (significantly_better(ranked, self.ranked) if margin
-                                         else ranked["dev_token_nll"] < self.ranked["dev_token_nll"])
-        if better:
+    def offer(self, prior: tuple[float, float, float], ranked: dict, fit, rule: str = "better") -> bool:
+        """Rank `fit` (of `prior`) by `ranked` against the choice so far under `rule`; True: the walk ends here."""
+        if rule == "denser":
+            if self.best is None or ranked["dev_token_nll"] < self.best["dev_token_nll"]:
+                self.best = ranked
+            taken = not significantly_better(self.best, ranked)
+        elif rule == "better":
+            taken = self.ranked is None or significantly_better(ranked, self.ranked)
+        elif rule == "lower":
+            taken = self.ranked is None or ranked["dev_token_nll"] < self.ranked["dev_token_nll"]
+        else:
+            raise ValueError(f"unknown rule {rule!r}")
+        if taken:
             self.prior, self.ranked, self.fit = prior, ranked, fit
-        return not better
+            if self.best is None or ranked["dev_token_nll"] < self.best["dev_token_nll"]:
+                self.best = ranked
+        return not taken
 
 
 def small_corpus(training, tokens: int) -> bool:
@@ -259,7 +281,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             lambda number, prior, warm: [path_fit(objective, number, prior, each, FOLD_BUDGET_SHARE)
                                          for objective, each in zip(objectives, warm or [None] * len(folds))],
             lambda fold_fits: fit_calibration_parts(held_out(fold_fits), variance_scale=False, sentences=True),
-            variances, strengths, pairwise)
+            variances, strengths, pairwise, denser=False)
         prior, fold_fits = choice.prior, choice.fit
         del objectives, choice
         predictions = held_out(fold_fits)

@@ -92,20 +92,22 @@ def test_the_l1_path_ends_at_the_first_strength_not_significantly_better(crossfi
 
 
 def test_choose_prior_walks_the_l1_path_then_the_variances_at_the_chosen_strength():
-    """`choose_prior` on a hand-made ranking (per-sentence NLLs, so the one-standard-error rule is
-    computed by hand): λ = 1 → 0.1 is better by far more than its standard error, 0.01 only by noise
-    (the path ends, 0 is not fitted); at λ = 0.1, σ² = 4 is better, σ² = 1 is not (the walk ends);
-    at (4, 0.1) the pairwise prior variance 16 is lower by 0.002 a sentence, far less than a
-    standard error, and replaces 1 all the same (no margin on this walk); 64 is higher. Each fit is warm-started from
-    the previous fit on the L1 path and from the choice so far on the σ² and σ²_P walks; the first
-    fit gets the whole budget (number 0)."""
+    """`choose_prior` on a hand-made ranking (per-sentence NLLs, so the one-standard-error rules are
+    computed by hand): λ = 1 → 0.1 is better by far more than its standard error; 0.01 differs from
+    0.1 by noise only and is denser, so it becomes the choice; 0 is worse than the best (0.1) by far
+    more than a standard error, so the path ends there with 0.01 chosen; at λ = 0.01, σ² = 4 is
+    better, σ² = 1 is not (the walk ends); at (4, 0.01) the pairwise prior variance 16 is lower by
+    0.002 a sentence, far less than a standard error, and replaces 1 all the same (no margin on this
+    walk); 64 is higher. Each fit is warm-started from the previous fit on the L1 path and from the
+    choice so far on the σ² and σ²_P walks; the first fit gets the whole budget (number 0)."""
     from gpseq.training.prior_path import choose_prior
 
     base = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
-    noise = np.array([0.01, -0.01, 0.02, -0.02, 0.01, -0.015])
+    noise = np.array([0.01, -0.01, 0.02, -0.02, 0.01, -0.015])  # sums to −0.005: 0.01 is the lower NLL
     sentence_nll = {(16.0, 1.0, 1.0): base + 0.5, (16.0, 0.1, 1.0): base, (16.0, 0.01, 1.0): base + noise,
-                    (4.0, 0.1, 1.0): base - 0.3 + noise, (1.0, 0.1, 1.0): base - 0.3 - noise,
-                    (4.0, 0.1, 16.0): base - 0.302 + noise, (4.0, 0.1, 64.0): base - 0.297 + noise}
+                    (16.0, 0.0, 1.0): base + 0.2 + noise,
+                    (4.0, 0.01, 1.0): base - 0.3 + noise, (1.0, 0.01, 1.0): base - 0.3 - noise,
+                    (4.0, 0.01, 16.0): base - 0.302 + noise, (4.0, 0.01, 64.0): base - 0.297 + noise}
     calls = []
 
     def fit_at(number, prior, warm):
@@ -118,14 +120,40 @@ def test_choose_prior_walks_the_l1_path_then_the_variances_at_the_chosen_strengt
 
     choice, candidates = choose_prior(fit_at, rank, [16.0, 4.0, 1.0], [1.0, 0.1, 0.01, 0.0], [1.0, 16.0, 64.0],
                                       warm="init")
-    assert choice.prior == choice.fit == (4.0, 0.1, 16.0)
-    assert list(candidates) == [(16.0, 1.0, 1.0), (16.0, 0.1, 1.0), (16.0, 0.01, 1.0), (4.0, 0.1, 1.0),
-                                (1.0, 0.1, 1.0), (4.0, 0.1, 16.0), (4.0, 0.1, 64.0)]
+    assert choice.prior == choice.fit == (4.0, 0.01, 16.0)
+    assert list(candidates) == [(16.0, 1.0, 1.0), (16.0, 0.1, 1.0), (16.0, 0.01, 1.0), (16.0, 0.0, 1.0),
+                                (4.0, 0.01, 1.0), (1.0, 0.01, 1.0), (4.0, 0.01, 16.0), (4.0, 0.01, 64.0)]
     assert calls == [(0, (16.0, 1.0, 1.0), "init"), (1, (16.0, 0.1, 1.0), (16.0, 1.0, 1.0)),
-                     (2, (16.0, 0.01, 1.0), (16.0, 0.1, 1.0)), (3, (4.0, 0.1, 1.0), (16.0, 0.1, 1.0)),
-                     (4, (1.0, 0.1, 1.0), (4.0, 0.1, 1.0)), (5, (4.0, 0.1, 16.0), (4.0, 0.1, 1.0)),
-                     (6, (4.0, 0.1, 64.0), (4.0, 0.1, 16.0))]
-    assert candidates[(4.0, 0.1, 1.0)] == pytest.approx((base - 0.3 + noise).sum() / 60)
+                     (2, (16.0, 0.01, 1.0), (16.0, 0.1, 1.0)), (3, (16.0, 0.0, 1.0), (16.0, 0.01, 1.0)),
+                     (4, (4.0, 0.01, 1.0), (16.0, 0.01, 1.0)), (5, (1.0, 0.01, 1.0), (4.0, 0.01, 1.0)),
+                     (6, (4.0, 0.01, 16.0), (4.0, 0.01, 1.0)), (7, (4.0, 0.01, 64.0), (4.0, 0.01, 16.0))]
+    assert candidates[(4.0, 0.01, 1.0)] == pytest.approx((base - 0.3 + noise).sum() / 60)
+
+
+def test_the_l1_path_keeps_the_densest_strength_within_a_standard_error_of_the_best():
+    """The "denser" rule against the best fitted so far, not the last choice: λ = 0.1 is the best;
+    0.01 is worse than it, but by less than a standard error (chosen: denser); 0 is worse than 0.1 by
+    more than a standard error (0.0035 a token against 0.0011): it ends the path, and 0.01 stays the
+    choice. A strength worse than the best by more than a standard error right
+    after the first ends the path with the first chosen."""
+    from gpseq.training.prior_path import choose_prior
+
+    base = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    wobble = np.array([0.03, -0.02, 0.03, -0.02, 0.03, -0.02])  # +0.0005 a token; sd 0.027 → SE 0.0011 a token
+    ranks = {(16.0, 0.1, 1.0): base, (16.0, 0.01, 1.0): base + wobble, (16.0, 0.0, 1.0): base + wobble + 0.03}
+
+    def rank(prior):
+        nll = ranks[prior]
+        return {"dev_sentence_nll": nll, "dev_tokens": 60, "dev_token_nll": nll.sum() / 60}
+
+    choice, candidates = choose_prior(lambda number, prior, warm: prior, rank, [16.0], [0.1, 0.01, 0.0], [1.0])
+    assert choice.prior == (16.0, 0.01, 1.0)
+    assert list(candidates) == [(16.0, 0.1, 1.0), (16.0, 0.01, 1.0), (16.0, 0.0, 1.0)]
+
+    ranks[(16.0, 0.01, 1.0)] = base + 0.1
+    choice, candidates = choose_prior(lambda number, prior, warm: prior, rank, [16.0], [0.1, 0.01, 0.0], [1.0])
+    assert choice.prior == (16.0, 0.1, 1.0)
+    assert list(candidates) == [(16.0, 0.1, 1.0), (16.0, 0.01, 1.0)]
 
 
 def test_one_standard_error_rule_on_paired_sentence_nlls():
