@@ -12,8 +12,9 @@ in the same run:
   model directory whose variance scale α (`var:variance_scale` in arrays.npz, the α of
   `gpseq.predict.linear.LinearPredictive`) is the smallest positive number of its dtype
   (gpseq refuses to load an α that is not positive; √(1 + π α v / 8) is then 1 to machine
-  precision, as at α = 0), so that its probabilities are the MAP weights' under the model's
-  temperature T alone (T as the training fitted it together with α, not fitted again).
+  precision, as at α = 0), so that its probabilities are the MAP weights' under a temperature
+  alone: the T the training fitted for the chosen fit at α = β ≈ 0 on its dev split
+  (`scores.calibration.map_temperature` in tagger.json; the model's own T where a model lacks it).
 - `crfsuite`, `crfsuite_t`: as in versus_crf.py: sklearn-crfsuite with gpseq's feature strings,
   L-BFGS, c1 = c2 = 0.1, 100 iterations, all_possible_transitions=True, on the full training
   file; `_t` trained on train minus `gpseq.corpora.splits.train_dev_split(len(train), 0.1,
@@ -100,9 +101,11 @@ LABEL_COLUMN = 1
 
 
 # ---- the systems --------------------------------------------------------------------------------
-def without_variance(model_dir: Path, copy_dir: Path) -> float:
+def without_variance(model_dir: Path, copy_dir: Path) -> tuple[float, float]:
     """Copy a gpseq model directory with its variance scale α set to 0 in effect (MAP + T): the
-    smallest positive number of its dtype, as a loaded α must be positive. Returns the model's α."""
+    smallest positive number of its dtype, as a loaded α must be positive (column 0's variance,
+    β σ² stored relative to α, goes with it), and its temperature the MAP's own
+    (`map_temperature`, when the training recorded one). Returns (the model's α, the copy's T)."""
     shutil.rmtree(copy_dir, ignore_errors=True)
     shutil.copytree(model_dir, copy_dir)
     with np.load(copy_dir / "arrays.npz", allow_pickle=False) as saved:
@@ -110,12 +113,16 @@ def without_variance(model_dir: Path, copy_dir: Path) -> float:
     alpha = float(arrays["var:variance_scale"])
     scale = arrays["var:variance_scale"]
     arrays["var:variance_scale"] = np.full_like(scale, np.finfo(scale.dtype).tiny)
+    calibration = json.loads((copy_dir / META_FILE).read_text(encoding="utf-8"))["scores"].get("calibration", {})
+    if calibration.get("map_temperature") is not None:
+        arrays["var:temperature"] = np.full_like(arrays["var:temperature"], calibration["map_temperature"])
+    temperature = float(arrays["var:temperature"])
     np.savez_compressed(copy_dir / "arrays.npz", **arrays)
     meta_path = copy_dir / META_FILE
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta["files"] = file_manifest(copy_dir)  # arrays.npz changed: its size and sha256
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    return alpha
+    return alpha, temperature
 
 
 def train_systems(train_file: Path, train, first_test, workdir: Path) -> tuple[dict, dict]:
@@ -125,9 +132,9 @@ def train_systems(train_file: Path, train, first_test, workdir: Path) -> tuple[d
     metrics, state = run_systems(train_file, read_options, train, first_test, spec.features, spec.cli_extras(),
                                  workdir, "pos")
     model_dir = state["gpseq"]["model_dir"]
-    alpha = without_variance(model_dir, workdir / "pos.gpseq_map_t")
+    alpha, map_temperature = without_variance(model_dir, workdir / "pos.gpseq_map_t")
     state["gpseq"]["variance_scale"] = alpha
-    state["gpseq_map_t"] = {"model_dir": workdir / "pos.gpseq_map_t", "temperature": state["gpseq"]["temperature"]}
+    state["gpseq_map_t"] = {"model_dir": workdir / "pos.gpseq_map_t", "temperature": map_temperature}
     temperature = state["gpseq"]["temperature"] or math.nan
     print(f"  gpseq α = {alpha:.4g}, T = {temperature:.3f}; CRFsuite, reference features …", flush=True)
     for system, tempered in (("crfsuite_ref", False), ("crfsuite_ref_t", True)):

@@ -282,10 +282,11 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                                          for objective, each in zip(objectives, warm or [None] * len(folds))],
             lambda fold_fits: fit_calibration_parts(held_out(fold_fits), variance_scale=False, sentences=True),
             variances, strengths, pairwise, denser=False)
-        prior, fold_fits = choice.prior, choice.fit
+        prior, fold_fits, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
         del objectives, choice
         predictions = held_out(fold_fits)
         calibration = fit_calibration_parts(predictions)  # (α, T) in full for the chosen prior
+        calibration["map_temperature"] = map_temperature
         decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
                                                      calibration["temperature"], calibration.get("unseen_scale"))
         del predictions
@@ -312,10 +313,12 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
                                                      evidence_rounds=tcfg.evidence_rounds),
                 lambda current: calibrate(current, dev_data, shared, variance_scale=False, sentences=True),
                 variances, strengths, pairwise, init)
-            prior, chosen = choice.prior, choice.fit
+            prior, chosen, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
             del choice
             predictions = held_out_parts(chosen, dev_data, shared)
             calibration = fit_calibration_parts(predictions)  # (α, T) in full
+            # the chosen fit's T at α = β ≈ 0 (its ranking): the MAP's own, for a predictive without variance
+            calibration["map_temperature"] = map_temperature
             decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
                                                          calibration["temperature"], calibration.get("unseen_scale"))
             del predictions
