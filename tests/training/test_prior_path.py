@@ -265,3 +265,45 @@ def test_a_dev_split_without_a_known_labelled_token_is_no_dev_split(caplog):
     fitted = fit_calibration(mean, variance, rng.normal(size=(3, 3)), rng.uniform(0.1, 1.0, size=(3, 3)),
                              np.full(6, UNKNOWN_LABEL_ID), np.array([0, 2, 6]))
     assert fitted["variance_scale"] == pytest.approx(1e-5) and fitted["temperature"] == pytest.approx(1.0)
+
+
+def test_the_map_temperature_is_the_chosen_fits_own_by_brute_force():
+    """`calibration.map_temperature`: the T that minimises the dev NLL of the chosen fit's MAP
+    potentials u / T, P / T (no posterior variance) plus calibration's prior on log T — found here
+    by a grid over T with an independent fit and the TensorFlow chain's marginals (no refit on
+    train + dev, so the chosen fit is the one fitted here)."""
+    from gpseq.tagger import TaggerConfig
+    from gpseq.training.calibration import LOG_TEMPERATURE_SCALE
+    from gpseq.training.prior_path import train_laplace
+
+    sentences, featurizer, labels, data_of = sample_problem()
+    config = TaggerConfig()
+    config.training.prior_variance_grid, config.training.l1_grid = [4.0], [0.3]
+    config.training.pairwise_variance_grid = [1.0]
+    config.training.max_iterations = 60
+    config.training.cross_fit_tokens = 0
+    config.training.refit_with_dev = False
+    train, dev = data_of(sentences[:36]), data_of(sentences[36:])
+    _, scores = train_laplace(config, featurizer, len(labels), train, dev)
+    reported = scores["calibration"]["map_temperature"]
+
+    groups, names = featurizer.column_groups()
+    fit = fit_laplace(NumpyChainObjective(train, len(labels)), groups, names, prior_variance=4.0, l1=0.3,
+                      pairwise_prior_variance=1.0, max_iterations=60)
+    mean = fit.unary_moments(dev.rows)[0]
+    padded = np.zeros((len(dev), dev.lengths.max(), len(labels)))
+    for b in range(len(dev)):
+        padded[b, : dev.lengths[b]] = mean[dev.offsets[b] : dev.offsets[b + 1]]
+    count = len(dev.label_ids)
+
+    def objective(temperature):
+        marg, _ = chain.marginals(tf.constant(padded / temperature), tf.constant(fit.pairwise / temperature),
+                                  tf.constant(dev.lengths, tf.int32))
+        nll = -sum(np.log(np.maximum(marg.numpy()[b, np.arange(dev.lengths[b]),
+                                                   dev.label_ids[dev.offsets[b] : dev.offsets[b + 1]]], 1e-12)).sum()
+                   for b in range(len(dev)))
+        return (nll + 0.5 * (np.log(temperature) / LOG_TEMPERATURE_SCALE) ** 2) / count
+
+    grid = np.exp(np.linspace(np.log(0.3), np.log(3.0), 181))
+    best = grid[int(np.argmin([objective(t) for t in grid]))]
+    assert reported == pytest.approx(best, rel=0.015)  # the grid's step is 1.3 % of T
