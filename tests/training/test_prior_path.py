@@ -1,7 +1,8 @@
 """The choice of the prior (gpseq/training/prior_path.py): cross-fitting pools out-of-fold
-predictions of fold fits, the L1 path ends at the first strength not significantly better (the
-one-standard-error rule), the walk over the variances, and the dev splits and folds of partially
-annotated corpora or of labels the model does not know."""
+predictions of fold fits, the L1 path's one-standard-error rules (on a dev split the densest
+strength not worse than the best; under cross-fitting a denser one only when better), the walk over
+the variances, the MAP temperature, and the dev splits and folds of partially annotated corpora or
+of labels the model does not know."""
 
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ def test_cross_fitting_pools_out_of_fold_predictions_of_fold_fits():
 @pytest.mark.parametrize("crossfit", [True, False])
 def test_the_l1_path_ends_at_the_first_strength_not_significantly_better(crossfit):
     """The L1 path at the first σ² fits its λ in order and stops after the first whose held-out NLL
-    is not better than the choice so far by one standard error (`PathChoice`), on a dev split and
-    under cross-fitting alike: a λ of 30 after 0.3 (far sparser, a far worse fit) ends it, so 0.1 is
-    never fitted; the other σ² is then fitted at the chosen λ only. Checked on the reported
-    held-out NLLs."""
+    is worse than the best by one standard error (on a dev split) or not better than the choice by
+    one (under cross-fitting; `PathChoice`): a λ of 30 after 0.3 (far sparser, a far worse fit) ends
+    it either way, so 0.1 is never fitted; the other σ² is then fitted at the chosen λ only. Checked
+    on the reported held-out NLLs."""
     from gpseq.tagger import TaggerConfig
     from gpseq.training.prior_path import train_laplace
 
