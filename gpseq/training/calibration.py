@@ -6,9 +6,10 @@ variance of a potential wrong by a factor that depends on how collinear the feat
 features of one token carry the same evidence), and the ELBO or the Laplace evidence does not see
 held-out tokens at all. So the variance is scaled: α times the part from the weights the training
 data constrained, β times the part from the token's features the vocabulary lacks (column 0, the
-prior variance of weights no data touched: `gpseq.features.featurizer`), each fitted with T by the
-token NLL of the dev split carved from the training data (the same information a CRF user's
-temperature uses), with a log-normal prior on T (MAP). The model stores β as the ratio β / α in
+prior variance of weights no data touched: `gpseq.features.featurizer`), fitted by the token NLL
+of the dev split carved from the training data (the same information a CRF user's temperature
+uses), with a log-normal prior on T (MAP). The default training fits T first, for the point
+potentials alone, and then the scales at that T (`hold_temperature`). The model stores β as the ratio β / α in
 column 0's variance, so the saved predictive is α v with no third number. NumPy only: one
 forward–backward over the dev tokens per evaluation (gradients by finite differences).
 """
@@ -133,7 +134,8 @@ def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarra
 
 def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1e-5, 1.0),
                           log_temperature_scale: float = LOG_TEMPERATURE_SCALE,
-                          variance_scale: bool = True, sentences: bool = False) -> dict[str, float]:
+                          variance_scale: bool = True, sentences: bool = False,
+                          hold_temperature: bool = False) -> dict[str, float]:
     """`fit_calibration` of one (α, β, T) over several held-out parts (`HeldOut`, or tuples of its
     fields), each predicted by its own fit (the out-of-fold predictions of cross-fitting): the NLL
     is per token of all parts together. β (`unseen_scale`) is fitted where the parts carry column
@@ -147,6 +149,12 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     in a scale where its variance is ≪ 1, so a scale at the low end means that part of the
     posterior variance does not help on these tokens.
     `variance_scale=False`: T alone (the scales stay `start[0]`), e.g. to rank candidate fits cheaply.
+    `hold_temperature`: T as that first search finds it (the point potentials' own, at α = β ≈ 0),
+    then the scales alone at that T. On held-out data like the training data, T and the scales
+    flatten the same potentials and trade off along a ridge of nearly equal NLL; a jointly fitted
+    T can fall to 1 while the scales do its work on the unaries only, leaving the transitions as
+    sharp as the training text had them. Held, T corrects the point model as a whole (unaries and
+    transitions) and the scales add each token's own uncertainty on top of it.
     `sentences`: also each held-out sentence's NLL at the fitted scales and T (`dev_sentence_nll [B]`,
     the parts' sentences in order) and the token count (`dev_tokens`), to compare fits sentence by
     sentence (`gpseq.training.prior_path.significantly_better`)."""
@@ -201,6 +209,9 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     value, x = best_temperature(first, bounds[1], 0.002)
     if variance_scale:
         window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # a scale > 0 shrinks: T ≤ the first
+        if hold_temperature:  # a window and bounds of one point: Brent returns it, L-BFGS-B keeps it
+            window = (x[1], x[1])
+            bounds = (bounds[0], window)
         larger = [a for a in ALPHA_GRID if a > low + 1.0]
         # each scale alone at each larger value; with unseen features also both at the middle one
         pairs = ([(a, low) for a in larger] + [(low, b) for b in larger] + [(larger[0], larger[0])]

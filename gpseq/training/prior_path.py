@@ -285,7 +285,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         prior, fold_fits, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
         del objectives, choice
         predictions = held_out(fold_fits)
-        calibration = fit_calibration_parts(predictions)  # (α, T) in full for the chosen prior
+        calibration = fit_calibration_parts(predictions, hold_temperature=True)  # T, then (α, β) at it
         calibration["map_temperature"] = map_temperature
         decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
                                                      calibration["temperature"], calibration.get("unseen_scale"))
@@ -316,7 +316,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             prior, chosen, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
             del choice
             predictions = held_out_parts(chosen, dev_data, shared)
-            calibration = fit_calibration_parts(predictions)  # (α, T) in full
+            calibration = fit_calibration_parts(predictions, hold_temperature=True)  # T, then (α, β) at it
             # the chosen fit's T at α = β ≈ 0 (its ranking): the MAP's own, for a predictive without variance
             calibration["map_temperature"] = map_temperature
             decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],

@@ -165,14 +165,13 @@ def test_a_saved_model_predicts_with_the_fitted_scales_of_both_variances(tmp_pat
     assert np.asarray(new.probabilities)[1].max() < np.asarray(old.probabilities)[1].max()
 
 
-def test_fitted_scales_reach_the_brute_force_minimum_of_the_held_out_nll():
-    """`fit_calibration_parts` on held-out tokens where some have unseen features: its (α, β, T)
-    objective is no worse than the best point of a brute-force grid over the three (the NLL computed
-    here by enumerating every label path of each short sentence), and where the unseen tokens' labels
-    are noise and the others follow the mean, β comes out far above α."""
+def _held_out_problem():
+    """Short held-out sentences where some tokens have unseen features, their labels noise there and
+    following the mean elsewhere; (HeldOut, nll(α, β, T) by enumerating every label path, the prior
+    scale on log T)."""
     import itertools
 
-    from gpseq.training.calibration import HeldOut, fit_calibration_parts
+    from gpseq.training.calibration import HeldOut
 
     rng = np.random.default_rng(3)
     V, lengths = 3, [3, 2, 4, 3, 2, 3, 4, 2, 3, 3, 2, 4]
@@ -200,14 +199,42 @@ def test_fitted_scales_reach_the_brute_force_minimum_of_the_held_out_nll():
                 total -= np.logaddexp.reduce([s for p, s in scores.items() if p[t] == labels[offsets[b] + t]]) - log_z
         return total / N + 0.5 * (np.log(temperature) / scale) ** 2 / N
 
-    fitted = fit_calibration_parts([HeldOut(mean, variance, pair_mean, pair_variance, labels, offsets, unseen)],
-                                   log_temperature_scale=scale)
+    return HeldOut(mean, variance, pair_mean, pair_variance, labels, offsets, unseen), nll, scale
+
+
+def test_fitted_scales_reach_the_brute_force_minimum_of_the_held_out_nll():
+    """`fit_calibration_parts` on held-out tokens where some have unseen features: its (α, β, T)
+    objective is no worse than the best point of a brute-force grid over the three (the NLL computed
+    here by enumerating every label path of each short sentence), and where the unseen tokens' labels
+    are noise and the others follow the mean, β comes out far above α."""
+    from gpseq.training.calibration import fit_calibration_parts
+
+    part, nll, scale = _held_out_problem()
+    N = len(part.labels)
+    fitted = fit_calibration_parts([part], log_temperature_scale=scale)
     found = nll(fitted["variance_scale"], fitted["unseen_scale"], fitted["temperature"])
     grid = np.exp(np.linspace(np.log(1e-4), np.log(20.0), 13))
     best = min(nll(a, b, t) for a in grid for b in grid for t in np.exp(np.linspace(-1.0, 1.0, 11)))
     assert found <= best + 1e-6
     assert fitted["dev_token_nll"] == pytest.approx(found - 0.5 * (np.log(fitted["temperature"]) / scale) ** 2 / N,
                                                     rel=1e-6)
+    assert fitted["unseen_scale"] > 10 * fitted["variance_scale"]
+
+
+def test_held_temperature_is_the_point_potentials_own_and_the_scales_fit_at_it():
+    """`hold_temperature` (the default training's calibration): T is the one the point potentials
+    alone choose (a brute-force search over T at α = β = 1e-5), and (α, β) at that T are no worse
+    than the best point of a brute-force grid over the two."""
+    from gpseq.training.calibration import fit_calibration_parts
+
+    part, nll, scale = _held_out_problem()
+    fitted = fit_calibration_parts([part], log_temperature_scale=scale, hold_temperature=True)
+    temperatures = np.exp(np.linspace(-2.0, 2.0, 401))  # calibration's bounds on log T
+    own = temperatures[int(np.argmin([nll(1e-5, 1e-5, t) for t in temperatures]))]
+    assert fitted["temperature"] == pytest.approx(own, rel=0.011)  # the grid's step is 1 % of T
+    found = nll(fitted["variance_scale"], fitted["unseen_scale"], fitted["temperature"])
+    grid = np.exp(np.linspace(np.log(1e-4), np.log(20.0), 13))
+    assert found <= min(nll(a, b, fitted["temperature"]) for a in grid for b in grid) + 1e-6
     assert fitted["unseen_scale"] > 10 * fitted["variance_scale"]
 
 
