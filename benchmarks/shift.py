@@ -113,13 +113,13 @@ def without_variance(model_dir: Path, copy_dir: Path) -> tuple[float, float]:
     alpha = float(arrays["var:variance_scale"])
     scale = arrays["var:variance_scale"]
     arrays["var:variance_scale"] = np.full_like(scale, np.finfo(scale.dtype).tiny)
-    calibration = json.loads((copy_dir / META_FILE).read_text(encoding="utf-8"))["scores"].get("calibration", {})
-    if calibration.get("map_temperature") is not None:
-        arrays["var:temperature"] = np.full_like(arrays["var:temperature"], calibration["map_temperature"])
-    temperature = float(arrays["var:temperature"])
-    np.savez_compressed(copy_dir / "arrays.npz", **arrays)
     meta_path = copy_dir / META_FILE
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    map_temperature = meta["scores"].get("calibration", {}).get("map_temperature")
+    if map_temperature is not None:
+        arrays["var:temperature"] = np.full_like(arrays["var:temperature"], map_temperature)
+    temperature = float(arrays["var:temperature"])
+    np.savez_compressed(copy_dir / "arrays.npz", **arrays)
     meta["files"] = file_manifest(copy_dir)  # arrays.npz changed: its size and sha256
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return alpha, temperature

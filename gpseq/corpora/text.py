@@ -37,17 +37,18 @@ _SENTENCE_END = ".!?。．！？"
 _BLANK_NLPS: dict = {}
 
 
-def blank_nlp(lang: str):
+def blank_nlp(lang: str, setting: str = "language"):
     """The blank spaCy pipeline of `lang` with a sentencizer, built once per language and process:
     raw text is read with it, and the featurizer's lexical attributes come from its vocabulary
-    (building a pipeline compiles the language's tokenizer rules, a tenth of a second)."""
+    (building a pipeline compiles the language's tokenizer rules, a tenth of a second). An unknown
+    `lang` is a ConfigError naming `setting` (the option or key it came from)."""
     if lang not in _BLANK_NLPS:
         import spacy
 
         try:
             nlp = spacy.blank(lang)
         except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
-            raise ConfigError(f"language {lang!r}: no spaCy language ({err})") from None
+            raise ConfigError(f"{setting} {lang!r}: no spaCy language ({err})") from None
         nlp.add_pipe("sentencizer")
         _BLANK_NLPS[lang] = nlp
     return _BLANK_NLPS[lang]

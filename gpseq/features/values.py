@@ -231,10 +231,7 @@ class TokenValues:
 def blank_vocab(lang: str):
     """The Vocab of the blank pipeline of `lang` (lexical attributes only), shared by all featurizers
     and the raw-text reader."""
-    try:
-        return blank_nlp(lang).vocab
-    except ConfigError as err:
-        raise ConfigError(f"features.lang {lang!r}: {str(err).split(': ', 1)[1]}") from None
+    return blank_nlp(lang, "features.lang").vocab
 
 
 def token_strings(tokens: list, attribute: str) -> list[str]:

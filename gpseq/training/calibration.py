@@ -9,8 +9,8 @@ data constrained, β times the part from the token's features the vocabulary lac
 prior variance of weights no data touched: `gpseq.features.featurizer`), fitted by the token NLL
 of the dev split carved from the training data (the same information a CRF user's temperature
 uses), with a log-normal prior on T (MAP). The default training fits T first, for the point
-potentials alone, and then the scales at that T (`hold_temperature`). The model stores β as the ratio β / α in
-column 0's variance, so the saved predictive is α v with no third number. NumPy only: one
+potentials alone, and then the scales at that T (`temperature`). The model stores β as the ratio
+β / α in column 0's variance, so the saved predictive is α v with no third number. NumPy only: one
 forward–backward over the dev tokens per evaluation (gradients by finite differences).
 """
 
@@ -135,7 +135,7 @@ def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarra
 def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1e-5, 1.0),
                           log_temperature_scale: float = LOG_TEMPERATURE_SCALE,
                           variance_scale: bool = True, sentences: bool = False,
-                          hold_temperature: bool = False) -> dict[str, float]:
+                          temperature: float | None = None) -> dict[str, float]:
     """`fit_calibration` of one (α, β, T) over several held-out parts (`HeldOut`, or tuples of its
     fields), each predicted by its own fit (the out-of-fold predictions of cross-fitting): the NLL
     is per token of all parts together. β (`unseen_scale`) is fitted where the parts carry column
@@ -149,8 +149,9 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     in a scale where its variance is ≪ 1, so a scale at the low end means that part of the
     posterior variance does not help on these tokens.
     `variance_scale=False`: T alone (the scales stay `start[0]`), e.g. to rank candidate fits cheaply.
-    `hold_temperature`: T as that first search finds it (the point potentials' own, at α = β ≈ 0),
-    then the scales alone at that T. On held-out data like the training data, T and the scales
+    `temperature`: T held at this value instead of that first search (e.g. the point potentials'
+    own, at α = β ≈ 0, which ranking the fit with `variance_scale=False` already found), and the
+    scales fitted alone at it. On held-out data like the training data, T and the scales
     flatten the same potentials and trade off along a ridge of nearly equal NLL; a jointly fitted
     T can fall to 1 while the scales do its work on the unaries only, leaving the transitions as
     sharp as the training text had them. Held, T corrects the point model as a whole (unaries and
@@ -206,12 +207,14 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     before = token_nll(np.zeros(3 if unseen else 2))
     low = float(np.clip(np.log(start[0]), *bounds[0]))
     first = (low, low) if unseen else (low,)
-    value, x = best_temperature(first, bounds[1], 0.002)
-    if variance_scale:
+    if temperature is None:
+        value, x = best_temperature(first, bounds[1], 0.002)
         window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # a scale > 0 shrinks: T ≤ the first
-        if hold_temperature:  # a window and bounds of one point: Brent returns it, L-BFGS-B keeps it
-            window = (x[1], x[1])
-            bounds = (bounds[0], window)
+    else:  # a window and bounds of one point: Brent returns it, L-BFGS-B keeps it
+        x = np.array([first[0], np.log(temperature), *first[1:]])
+        value, window = objective(x), (x[1], x[1])
+        bounds = (bounds[0], window)
+    if variance_scale:
         larger = [a for a in ALPHA_GRID if a > low + 1.0]
         # each scale alone at each larger value; with unseen features also both at the middle one
         pairs = ([(a, low) for a in larger] + [(low, b) for b in larger] + [(larger[0], larger[0])]

@@ -98,8 +98,8 @@ def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None,
     pairwise prior variances in order (each warm-started from the fit chosen so far). The L1 path
     chooses the densest strength not worse than the best by one standard error and ends at the
     first that is (`denser`; else a strength replaces the choice only when better by one standard
-    error, and the path ends at the first that is not); the σ² walk ends at the first prior not better than the choice so far by one
-    standard error, the σ²_P walk at the first not lower.
+    error, and the path ends at the first that is not); the σ² walk ends at the first prior not
+    better than the choice so far by one standard error, the σ²_P walk at the first not lower.
     `fit_at(number, prior, warm)` fits the `number`-th prior of the walk (0: the first, on the
     whole budget); `rank(fit)` is its held-out ranking (`fit_calibration_parts(..., sentences=True)`).
     Returns (the `PathChoice`, the held-out NLL of every prior fitted, in fitting order)."""
@@ -155,13 +155,13 @@ class PathChoice:
 
     def __init__(self):
         self.prior, self.ranked, self.fit = None, None, None
-        self.best = None  # the ranking of the lowest held-out NLL offered so far
+        self.best = None  # the ranking of the lowest held-out NLL offered so far (the "denser" rule's reference)
 
     def offer(self, prior: tuple[float, float, float], ranked: dict, fit, rule: str = "better") -> bool:
         """Rank `fit` (of `prior`) by `ranked` against the choice so far under `rule`; True: the walk ends here."""
+        if self.best is None or ranked["dev_token_nll"] < self.best["dev_token_nll"]:
+            self.best = ranked
         if rule == "denser":
-            if self.best is None or ranked["dev_token_nll"] < self.best["dev_token_nll"]:
-                self.best = ranked
             taken = not significantly_better(self.best, ranked)
         elif rule == "better":
             taken = self.ranked is None or significantly_better(ranked, self.ranked)
@@ -171,8 +171,6 @@ class PathChoice:
             raise ValueError(f"unknown rule {rule!r}")
         if taken:
             self.prior, self.ranked, self.fit = prior, ranked, fit
-            if self.best is None or ranked["dev_token_nll"] < self.best["dev_token_nll"]:
-                self.best = ranked
         return not taken
 
 
@@ -285,7 +283,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         prior, fold_fits, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
         del objectives, choice
         predictions = held_out(fold_fits)
-        calibration = fit_calibration_parts(predictions, hold_temperature=True)  # T, then (α, β) at it
+        calibration = fit_calibration_parts(predictions, temperature=map_temperature)  # (α, β) at the MAP's T
         calibration["map_temperature"] = map_temperature
         decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
                                                      calibration["temperature"], calibration.get("unseen_scale"))
@@ -316,9 +314,9 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             prior, chosen, map_temperature = choice.prior, choice.fit, choice.ranked["temperature"]
             del choice
             predictions = held_out_parts(chosen, dev_data, shared)
-            calibration = fit_calibration_parts(predictions, hold_temperature=True)  # T, then (α, β) at it
-            # the chosen fit's T at α = β ≈ 0 (its ranking): the MAP's own, for a predictive without variance
-            calibration["map_temperature"] = map_temperature
+            # the chosen fit's T at α = β ≈ 0 (its ranking): the MAP's own, held while α, β are fitted
+            calibration = fit_calibration_parts(predictions, temperature=map_temperature)
+            calibration["map_temperature"] = map_temperature  # (a predictive without variance uses it)
             decodes = choose_decode and held_out_decodes(predictions, calibration["variance_scale"],
                                                          calibration["temperature"], calibration.get("unseen_scale"))
             del predictions

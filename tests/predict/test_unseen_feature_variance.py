@@ -222,13 +222,14 @@ def test_fitted_scales_reach_the_brute_force_minimum_of_the_held_out_nll():
 
 
 def test_held_temperature_is_the_point_potentials_own_and_the_scales_fit_at_it():
-    """`hold_temperature` (the default training's calibration): T is the one the point potentials
-    alone choose (a brute-force search over T at α = β = 1e-5), and (α, β) at that T are no worse
-    than the best point of a brute-force grid over the two."""
+    """The default training's calibration: T of the point potentials alone (`variance_scale=False`,
+    what ranking a fit finds) is the brute-force best T at α = β = 1e-5, and with `temperature`
+    held there, (α, β) are no worse than the best point of a brute-force grid over the two at it."""
     from gpseq.training.calibration import fit_calibration_parts
 
     part, nll, scale = _held_out_problem()
-    fitted = fit_calibration_parts([part], log_temperature_scale=scale, hold_temperature=True)
+    own_t = fit_calibration_parts([part], log_temperature_scale=scale, variance_scale=False)["temperature"]
+    fitted = fit_calibration_parts([part], log_temperature_scale=scale, temperature=own_t)
     temperatures = np.exp(np.linspace(-2.0, 2.0, 401))  # calibration's bounds on log T
     own = temperatures[int(np.argmin([nll(1e-5, 1e-5, t) for t in temperatures]))]
     assert fitted["temperature"] == pytest.approx(own, rel=0.011)  # the grid's step is 1 % of T
