@@ -30,9 +30,11 @@ STATE_KEYS = frozenset({
 })
 
 
-def _softplus(x):
-    x = np.asarray(x, dtype=np.float64)
-    return np.logaddexp(0.0, x)
+def _softplus(x, dtype=np.float64):
+    """log(1 + eˣ) in `dtype`: a model's weight variances in the predictive's dtype directly (a
+    model load computes it over every (feature, label) pair)."""
+    x = np.asarray(x, dtype=dtype)
+    return np.logaddexp(dtype(0), x)
 
 
 class LinearPredictive:
@@ -55,7 +57,7 @@ class LinearPredictive:
             return None
         get = lambda name: np.asarray(arrays[name], dtype=np.float64)  # noqa: E731
         return cls(get("var:label_bias"), np.asarray(arrays["var:linear/q_mu"], dtype=dtype),
-                   _softplus(arrays["var:linear/q_variance/_pretransformed_input"]).astype(dtype),
+                   _softplus(arrays["var:linear/q_variance/_pretransformed_input"], np.dtype(dtype).type),
                    get("var:pairwise_mean"), _softplus(arrays["var:pairwise_variance/_pretransformed_input"]),
                    float(arrays["var:variance_scale"]), float(arrays["var:temperature"]), dtype)
 
