@@ -21,7 +21,9 @@ variance scale α and temperature, fitted on labelled dev tokens, are what corre
 
 `NumpyChainObjective` runs on SciPy sparse products and the time-major NumPy chain, without
 TensorFlow: no import or tracing, and each evaluation costs less than the same objective compiled
-in TensorFlow. Its sparse products run a row block per thread (`gpseq.training.row_blocks`).
+in TensorFlow. Its sparse products run a row block per thread (`gpseq.training.row_blocks`); W is
+held as the support's head block and tail (`gpseq.training.support_split`), never as a dense
+`[D, V]` array.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import numpy as np
 from gpseq.features.padded import ranges
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
-from gpseq.training.row_blocks import RowBlocks
+from gpseq.training.row_blocks import RowBlocks, csr_on
+from gpseq.training.support_split import SplitRows, SupportSplit
 
 
 # tokens of one chunk of the objective (`NumpyChainObjective`): the forward–backward's arrays of
@@ -85,32 +88,19 @@ def chunk_bounds(offsets: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]
     return bounds
 
 
-def _csr(data, indices, indptr, shape):
-    """A CSR matrix on these arrays as they are (memory-mapped ones stay mapped: SciPy's
-    constructor may copy or re-type them)."""
-    import scipy.sparse as sp
-
-    matrix = sp.csr_matrix(tuple(shape), dtype=data.dtype)
-    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
-    return matrix
-
-
 class ChainChunk:
     """The objective's arrays for one run of consecutive sentences of the corpus: the time-major
-    layout, X and Xᵀ in that order, the gold labels and transition counts (`arrays`, what a
-    spilled chunk writes); `value_and_grad` and `fisher` of its sentences at dense weights,
-    gradients gathered on the corpus `support`."""
+    layout, X in that order, the gold labels and transition counts (`arrays`, what a spilled chunk
+    writes); `value_and_grad` and `fisher` of its sentences at the weights of a `SupportSplit`,
+    X cut by it once (`split_rows`)."""
 
     def __init__(self, arrays: dict, num_labels: int):
         self.arrays_ = arrays
         self.layout = TimeMajor.from_arrays({k[7:]: v for k, v in arrays.items() if k.startswith("layout_")})
-        rows, rows_t = (_csr(arrays[f"{name}_data"] if "ones" not in arrays else arrays["ones"],
-                             arrays[f"{name}_indices"], arrays[f"{name}_indptr"], arrays[f"{name}_shape"])
-                        for name in ("rows", "rows_t"))
-        self.rows, self.rows_t = RowBlocks(rows), RowBlocks(rows_t)
-        # X∘X for the Fisher diagonal: X itself when every value is 1 (indicator features, the
-        # presets), which spares a third copy of the corpus matrix
-        self.rows_squared_t = self.rows_t if "ones" in arrays else RowBlocks(rows.multiply(rows).T)
+        rows = csr_on(arrays["rows_data"] if "ones" not in arrays else arrays["ones"], arrays["rows_indices"],
+                      arrays["rows_indptr"], arrays["rows_shape"])
+        self.rows = RowBlocks(rows)
+        self._split = None  # X cut by the last support split it was evaluated at (`split_rows`)
         self.dtype = rows.dtype
         self.token, self.gold, self.transitions = arrays["token"], arrays["gold"], arrays["transitions"]
         self.n_tokens = int(arrays["n_tokens"][0])
@@ -129,13 +119,10 @@ class ChainChunk:
         known = data.label_ids >= 0
         layout = TimeMajor(data.offsets)
         rows = data.rows[layout.order].astype(dtype)
-        rows_t = rows.T.tocsr()  # Xᵀ as CSR: the gradient product reads it row by row
         arrays = {f"layout_{k}": v for k, v in layout.arrays().items()}
-        for name, matrix in (("rows", rows), ("rows_t", rows_t)):
-            arrays.update({f"{name}_indices": matrix.indices, f"{name}_indptr": matrix.indptr,
-                           f"{name}_shape": np.array(matrix.shape)})
-            if not np.all(rows.data == 1):
-                arrays[f"{name}_data"] = matrix.data
+        arrays.update(rows_indices=rows.indices, rows_indptr=rows.indptr, rows_shape=np.array(rows.shape))
+        if not np.all(rows.data == 1):
+            arrays["rows_data"] = rows.data
         if np.all(rows.data == 1):
             arrays["ones"] = np.ones(rows.nnz, dtype)
         labels = data.label_ids[layout.order].astype(np.int64)
@@ -155,11 +142,18 @@ class ChainChunk:
             arrays["partial_rows"] = time_major_row[corpus_token[partial_layout.order]]  # [N_p] rows of `rows`
         return cls(arrays, V)
 
-    def value_and_grad(self, b, weights, pairwise, add):
-        """(−log-likelihood, ∂/∂b [V], ∂/∂P [V, V]) of this chunk at `weights [D, V]` (dense,
-        `dtype`), float64; its ∂/∂W = Xᵀ R goes to `add(Xᵀ, R)` (`NumpyChainObjective._summed`'s
-        [D, V] sum)."""
-        unary = self.rows @ weights + b.astype(self.dtype)
+    def split_rows(self, split: SupportSplit) -> SplitRows:
+        """X cut by `split` (kept for the next evaluation at the same split)."""
+        if self._split is None or self._split.split is not split:
+            self._split = SplitRows(self.rows.matrix, split)
+        return self._split
+
+    def value_and_grad(self, b, split, pairwise, add):
+        """(−log-likelihood, ∂/∂b [V], ∂/∂P [V, V]) of this chunk at the weights of `split`
+        (`SupportSplit`), float64; ∂/∂W, X_hᵀ R on the head block and its terms on the tail, goes
+        to `add(X_hᵀ, R, tail weight ids, tail terms)` (`NumpyChainObjective._summed`'s sums)."""
+        rows = self.split_rows(split)
+        unary = rows.unary(b)
         p = np.asarray(pairwise, self.dtype)
         marg, pair_sum, log_z = self.layout.forward_backward(unary, p)
         gold = unary[self.token, self.gold]
@@ -174,17 +168,17 @@ class ChainChunk:
             resid[self.partial_rows] -= observed_marg
             target_pair_sum = self.transitions + observed_pair_sum
         del unary
-        add(self.rows_t, resid)
+        add(rows.head_t, resid, rows.tail_weight, rows.tail_terms(resid))
         return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64),
                 pair_sum.astype(np.float64) - target_pair_sum)
 
-    def fisher(self, b, weights, pairwise, add):
-        """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's, (X∘X)ᵀ C, goes to
-        `add((X∘X)ᵀ, C)`."""
-        marg, pair_sum, _ = self.layout.forward_backward(self.rows @ weights + b.astype(self.dtype),
-                                                         np.asarray(pairwise, self.dtype))
+    def fisher(self, b, split, pairwise, add):
+        """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's, (X_h∘X_h)ᵀ C on the head
+        block and its terms on the tail, goes to `add((X_h∘X_h)ᵀ, C, tail weight ids, tail terms)`."""
+        rows = self.split_rows(split)
+        marg, pair_sum, _ = self.layout.forward_backward(rows.unary(b), np.asarray(pairwise, self.dtype))
         curvature = marg * (1.0 - marg)
-        add(self.rows_squared_t, curvature)
+        add(rows.head_squared_t, curvature, rows.tail_weight, rows.tail_terms(curvature, squared=True))
         return curvature.sum(0, dtype=np.float64), pair_sum.astype(np.float64)
 
 
@@ -194,46 +188,51 @@ class SpilledChunk:
 
     def __init__(self, chunk: ChainChunk, directory: Path, num_labels: int):
         directory.mkdir()
-        for name, array in chunk.arrays_.items():
-            np.save(directory / f"{name}.npy", np.ascontiguousarray(array))
+        _save(directory, chunk.arrays_)
         self.directory, self.num_labels, self.n_tokens = directory, num_labels, chunk.n_tokens
+        self._split = None  # the support split whose cut of X is on disk too (directory / "split")
 
-    def load(self) -> ChainChunk:
-        return ChainChunk({path.stem: np.load(path, mmap_mode="r") for path in self.directory.glob("*.npy")},
-                          self.num_labels)
+    def load(self, split: SupportSplit | None = None) -> ChainChunk:
+        """The chunk, mapped; with `split`, its X cut by it, from disk after the first time."""
+        chunk = ChainChunk(_mapped(self.directory), self.num_labels)
+        if split is not None:
+            folder = self.directory / "split"
+            if self._split is not split:  # cut once per split, then mapped like the rest
+                if folder.exists():
+                    import shutil
 
-    def value_and_grad(self, *args):
-        return self.load().value_and_grad(*args)
+                    shutil.rmtree(folder)
+                folder.mkdir()
+                _save(folder, chunk.split_rows(split).arrays())
+                self._split = split
+            else:
+                chunk._split = SplitRows.from_arrays(_mapped(folder), split)
+        return chunk
 
-    def fisher(self, *args):
-        return self.load().fisher(*args)
+    def value_and_grad(self, b, split, *rest):
+        return self.load(split).value_and_grad(b, split, *rest)
+
+    def fisher(self, b, split, *rest):
+        return self.load(split).fisher(b, split, *rest)
+
+
+def _save(directory: Path, arrays: dict) -> None:
+    for name, array in arrays.items():
+        np.save(directory / f"{name}.npy", np.ascontiguousarray(array))
+
+
+def _mapped(directory: Path) -> dict:
+    return {path.stem: np.load(path, mmap_mode="r") for path in directory.glob("*.npy")}
 
 
 def _parts(data) -> list:
     return [data] if isinstance(data, SequenceData) else data
 
 
-class WeightScratch:
-    """The dense weights W `[D·V]` an objective writes its support's entries into at each evaluation,
-    shared with the objectives `extended` from it (W is as large as the corpus matrix's columns
-    times V): zero off the support of the last writer, so an objective evaluated after another
-    one with a wider support does not see that one's weights."""
-
-    def __init__(self, size: int, dtype):
-        self.flat, self.support = np.zeros(size, dtype), None
-
-    def write(self, support: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """W with `values` on `support` `[P]` and 0 elsewhere `[D·V]`."""
-        if self.support is not None and self.support is not support:
-            self.flat[self.support] = 0  # the other objective's weights (only when they alternate)
-        self.flat[support] = values
-        self.support = support
-        return self.flat
-
-
 class NumpyChainObjective:
-    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64 but W's gradient and Fisher,
-    accumulated over the chunks in one `dtype` array `[D, V]`), summed over chunks of at
+    """The corpus objective on NumPy/SciPy in `dtype` (sums in float64 but W's gradient and Fisher
+    on the support's head block, accumulated over the chunks in one `dtype` array `[D_h, V]`,
+    `gpseq.training.support_split`), summed over chunks of at
     most `chunk_tokens` tokens of consecutive sentences (`ChainChunk`, tokens in time-major order
     within each): the forward–backward's token-by-label arrays (ten or so of `[N, V]` at once)
     exist for one chunk at a time per core used (`CHUNK_THREADS`: two chunks' forward–backward
@@ -283,8 +282,8 @@ class NumpyChainObjective:
         # weight keeps its prior, the predictive's variance for unseen features (`gpseq.features`)
         support = np.unique(np.concatenate(pairs))
         self.support = support[support >= V]
-        self._scratch = WeightScratch(self.num_features * V, dtype)
-        self._sums = None  # [D, V] `dtype`: W's gradient or Fisher, summed over the chunks (`_summed`)
+        self._split = None  # the support's `SupportSplit` (made at the first evaluation)
+        self._sums = None  # W's gradient or Fisher summed over the chunks: ([D_h, V] `dtype`, tail [D_t] float64)
 
     def extended(self, data) -> "NumpyChainObjective":
         """The objective of this corpus and `data`'s sentences (SequenceData or parts): this one's
@@ -297,8 +296,6 @@ class NumpyChainObjective:
         both.chunks, both.n_tokens = self.chunks + more.chunks, self.n_tokens + more.n_tokens
         both.support = np.union1d(self.support, more.support)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
-        both._scratch, more._scratch = self._scratch, None  # one [D, V] scratch array for the weights
-        both._sums, more._sums = self._sums, None  # and one for the sums (made at the first evaluation)
         return both
 
     def _spill_directory(self) -> Path:
@@ -314,36 +311,38 @@ class NumpyChainObjective:
         return sum(isinstance(chunk, SpilledChunk) for chunk in self.chunks)
 
     def close(self) -> None:
-        """Delete the spilled chunks and let go of the chunks and the [D, V] scratch arrays (the
+        """Delete the spilled chunks and let go of the chunks and the weights' arrays (the
         objective is unusable after): what follows a fit (the model's arrays) reuses their memory."""
         for owner in self._owners:
             owner.close()
         if self._spill is not None:
             self._spill.cleanup()
             self._spill = None
-        self.chunks, self._scratch, self._sums = [], None, None
-
-    def _weights(self, w_support):
-        return self._scratch.write(self.support, w_support).reshape(self.num_features, self.num_labels)
+        self.chunks, self._split, self._sums = [], None, None
 
     def _summed(self, method: str, b, w_support, p) -> tuple:
-        """The chunks' `method` summed, W's part (accumulated in one [D, V] array) on the support
-        third: (value,) ∂/∂b or F_b, W's on the support, ∂/∂P or F_P."""
-        weights, total = self._weights(w_support), None
+        """The chunks' `method` summed, W's part (its head block accumulated in one [D_h, V] array,
+        its tail summed with the rest) on the support third: (value,) ∂/∂b or F_b, W's on the
+        support, ∂/∂P or F_P."""
+        if self._split is None:
+            self._split = SupportSplit(self.support, self.num_features, self.num_labels, self.dtype)
+        split, total = self._split, None
+        split.write(w_support)
         if self._sums is None:
-            self._sums = np.zeros_like(weights)
-        else:
-            self._sums.fill(0)
-        sums, turns = self._sums, [threading.Event() for _ in self.chunks]
+            self._sums = np.zeros_like(split.weights), np.zeros(len(split.tail_weights))
+        for array in self._sums:
+            array.fill(0)
+        (sums, tail_sums), turns = self._sums, [threading.Event() for _ in self.chunks]
 
         def run(number, chunk):
-            def add(blocks, dense):  # chunk `number`'s W part, after chunk number − 1's
+            def add(blocks, dense, tail_index, tail_terms):  # chunk `number`'s W part, after chunk number − 1's
                 if number:
                     turns[number - 1].wait()
                 blocks.accumulate(dense, sums)
+                np.add.at(tail_sums, tail_index, tail_terms)
 
             try:
-                return getattr(chunk, method)(b, weights, p, add)
+                return getattr(chunk, method)(b, split, p, add)
             finally:
                 turns[number].set()  # also when it failed: the next one is not kept waiting
 
@@ -352,8 +351,7 @@ class NumpyChainObjective:
             map(run, range(len(self.chunks)), self.chunks)
         for part in parts:  # in chunk order
             total = list(part) if total is None else [a + c for a, c in zip(total, part)]
-        on_support = sums.reshape(-1)[self.support].astype(np.float64)
-        return (*total[:-1], on_support, total[-1])
+        return (*total[:-1], split.gather(sums, tail_sums), total[-1])
 
     def value_and_grad(self, b, w_support, p):
         """(−log-likelihood, ∂/∂b [V], ∂/∂w on the support [P], ∂/∂P [V, V]), float64."""

@@ -32,7 +32,7 @@ class RowBlocks:
 
     def __init__(self, matrix):
         matrix = matrix.tocsr()
-        self.shape, self.dtype = matrix.shape, matrix.dtype
+        self.matrix, self.shape, self.dtype = matrix, matrix.shape, matrix.dtype
         blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
         cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
         bounds = sorted({0, *cuts, matrix.shape[0]})
@@ -84,3 +84,13 @@ def _row_view(matrix, low: int, high: int):
     view.data, view.indices = matrix.data[start:stop], matrix.indices[start:stop]
     view.indptr = (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype)
     return view
+
+
+def csr_on(data, indices, indptr, shape):
+    """A CSR matrix on these arrays as they are (memory-mapped ones stay mapped: SciPy's
+    constructor may copy or re-type them)."""
+    import scipy.sparse as sp
+
+    matrix = sp.csr_matrix(tuple(shape), dtype=data.dtype)
+    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
+    return matrix

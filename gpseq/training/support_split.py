@@ -1,0 +1,140 @@
+"""The corpus objective's weights W `[D, V]` in the two shapes its support takes, so that an
+evaluation never touches a dense `[D, V]` array.
+
+The support (the (feature, label) pairs seen in training, `chain_objective.observed_pairs`) is a
+few percent of W: most features occur with one label only (a rare word, affix or conjunction),
+and they carry a small share of a corpus's non-zeros; the features seen with two labels or more
+are few and carry most of them. So W is held as
+
+- the **head**: a dense block `[D_h, V]` over the features seen with ≥ 2 labels (small enough to
+  stay in cache while a chunk's rows gather from it; 0 off the support), read by the head columns
+  of X as a sparse × dense product, and
+- the **tail**: one weight per feature seen with exactly one label, read by the tail non-zeros of X
+  as a scatter into `u[token, label]`, its gradient a gather and a `bincount`.
+
+Features with no pair on the support (a dev-only feature in the vocabulary, column 0) are in
+neither: their weights are structural zeros of the fit. `SupportSplit` maps the support's flat
+weights to and from the two parts; `SplitRows` is one chunk's X cut the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpseq.training.row_blocks import RowBlocks, csr_on
+
+
+class SupportSplit:
+    """The head/tail split of a support `[P]` (flat f · V + v, sorted) over `num_features` columns
+    and `num_labels` labels, with the weights of both parts in `dtype` (`write` fills them)."""
+
+    def __init__(self, support: np.ndarray, num_features: int, num_labels: int, dtype):
+        V = self.num_labels = int(num_labels)
+        feature, label = support // V, support % V
+        head = np.bincount(feature, minlength=num_features) >= 2
+        self.head_ids = np.flatnonzero(head)
+        self.head_column = np.full(num_features, -1, np.int64)  # each feature's row of the head block
+        self.head_column[self.head_ids] = np.arange(len(self.head_ids))
+        self.on_head = head[feature]  # [P]
+        self.head_flat = self.head_column[feature[self.on_head]] * V + label[self.on_head]
+        tail_features = feature[~self.on_head]  # each once: one label each
+        self.tail_index = np.full(num_features, -1, np.int64)  # each feature's tail weight
+        self.tail_index[tail_features] = np.arange(len(tail_features))
+        self.tail_label = np.full(num_features, -1, np.int64)
+        self.tail_label[tail_features] = label[~self.on_head]
+        self.weights = np.zeros((len(self.head_ids), V), dtype)  # the head block: 0 off the support
+        self.tail_weights = np.zeros(len(tail_features), dtype)
+
+    def write(self, w_support: np.ndarray) -> None:
+        """The support's weights `[P]` into the head block and the tail."""
+        self.weights.reshape(-1)[self.head_flat] = w_support[self.on_head]
+        self.tail_weights[:] = w_support[~self.on_head]
+
+    def gather(self, head_sums: np.ndarray, tail_sums: np.ndarray) -> np.ndarray:
+        """A per-weight quantity (gradient, Fisher diagonal) on the support `[P]`, float64, from its
+        head block `[D_h, V]` and tail `[D_t]`."""
+        out = np.empty(len(self.on_head))
+        out[self.on_head] = head_sums.reshape(-1)[self.head_flat]
+        out[~self.on_head] = tail_sums
+        return out
+
+
+class SplitRows:
+    """A chunk's rows X `[n, D]` (CSR) cut by a `SupportSplit`: the head columns as CSR and
+    transposed (`head`, `head_t`: row blocks for the threaded products), and the tail non-zeros as
+    (tail weight, flat position row · V + label, value) triples; non-zeros of features off the
+    support are dropped."""
+
+    def __init__(self, rows, split: SupportSplit):
+        import scipy.sparse as sp
+
+        self.split = split
+        rows = rows.tocsr()
+        n, V = rows.shape[0], split.num_labels
+        row_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(rows.indptr))
+        column = split.head_column[rows.indices]
+        keep = column >= 0
+        index_dtype = rows.indices.dtype
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of[keep], minlength=n))]).astype(index_dtype)
+        head = sp.csr_matrix((rows.data[keep], column[keep].astype(index_dtype), indptr),
+                             shape=(n, len(split.head_ids)))
+        self.head, self.head_t = RowBlocks(head), RowBlocks(head.T.tocsr())
+        ones = bool(np.all(rows.data == 1))
+        self.head_squared_t = self.head_t if ones else RowBlocks(head.multiply(head).T.tocsr())
+        position = split.tail_index[rows.indices]
+        keep = position >= 0
+        self.tail_weight = position[keep].astype(_index_dtype(len(split.tail_weights)))
+        self.tail_flat = (row_of[keep] * V + split.tail_label[rows.indices[keep]]).astype(_index_dtype(n * V))
+        self.tail_value = None if ones else rows.data[keep].astype(np.float64)
+        self.num_tail = len(split.tail_weights)
+
+    _MATRICES = ("head", "head_t", "head_squared_t")
+
+    def arrays(self) -> dict:
+        """The split's arrays by name (`from_arrays` restores it: a spilled chunk keeps them on disk)."""
+        out = {"tail_weight": self.tail_weight, "tail_flat": self.tail_flat, "num_tail": np.array([self.num_tail])}
+        if self.tail_value is not None:
+            out["tail_value"] = self.tail_value
+        for name in self._MATRICES if self.tail_value is not None else self._MATRICES[:2]:
+            matrix = getattr(self, name).matrix
+            out.update({f"{name}_data": matrix.data, f"{name}_indices": matrix.indices,
+                        f"{name}_indptr": matrix.indptr, f"{name}_shape": np.array(matrix.shape)})
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, split: SupportSplit) -> "SplitRows":
+        rows = cls.__new__(cls)
+        rows.split, rows.num_tail = split, int(arrays["num_tail"][0])
+        rows.tail_weight, rows.tail_flat = arrays["tail_weight"], arrays["tail_flat"]
+        rows.tail_value = arrays.get("tail_value")
+        for name in cls._MATRICES:
+            if f"{name}_data" in arrays:
+                setattr(rows, name, RowBlocks(csr_on(*(arrays[f"{name}_{part}"] for part in
+                                                     ("data", "indices", "indptr", "shape")))))
+        if rows.tail_value is None:
+            rows.head_squared_t = rows.head_t
+        return rows
+
+    def unary(self, bias) -> np.ndarray:
+        """X W + b `[n, V]` at the split's weights, in their dtype."""
+        split = self.split
+        out = self.head @ split.weights
+        values = split.tail_weights[self.tail_weight]
+        if self.tail_value is not None:
+            values = values * self.tail_value
+        np.add.at(out.reshape(-1), self.tail_flat, values.astype(out.dtype, copy=False))
+        out += bias.astype(out.dtype)
+        return out
+
+    def tail_terms(self, dense: np.ndarray, squared: bool = False) -> np.ndarray:
+        """The terms of Xᵀ R on the tail weights, one per tail non-zero (float64; `tail_weight`
+        says whose), of `dense` R `[n, V]` ((X∘X)ᵀ R with `squared`)."""
+        values = dense.reshape(-1)[self.tail_flat].astype(np.float64)
+        if self.tail_value is not None:
+            values *= self.tail_value ** 2 if squared else self.tail_value
+        return values
+
+
+def _index_dtype(size: int):
+    """int32 for indices below `size` where they fit (half the memory of int64), else int64."""
+    return np.int32 if size < 2**31 else np.int64
