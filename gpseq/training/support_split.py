@@ -66,8 +66,6 @@ class SplitRows:
     support are dropped."""
 
     def __init__(self, rows, split: SupportSplit):
-        import scipy.sparse as sp
-
         self.split = split
         rows = rows.tocsr()
         n, V = rows.shape[0], split.num_labels
@@ -76,10 +74,14 @@ class SplitRows:
         keep = column >= 0
         index_dtype = rows.indices.dtype
         indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of[keep], minlength=n))]).astype(index_dtype)
-        head = sp.csr_matrix((rows.data[keep], column[keep].astype(index_dtype), indptr),
-                             shape=(n, len(split.head_ids)))
-        self.head, self.head_t = RowBlocks(head), RowBlocks(head.T.tocsr())
         ones = bool(np.all(rows.data == 1))
+        # indicator features (the presets): the head and its transpose share a view of X's ones
+        data = rows.data[: int(keep.sum())] if ones else rows.data[keep]
+        head = csr_on(data, column[keep].astype(index_dtype), indptr, (n, len(split.head_ids)))
+        head_t = head.T.tocsr()
+        if ones:
+            head_t.data = data
+        self.head, self.head_t = RowBlocks(head), RowBlocks(head_t)
         self.head_squared_t = self.head_t if ones else RowBlocks(head.multiply(head).T.tocsr())
         position = split.tail_index[rows.indices]
         keep = position >= 0
