@@ -82,50 +82,57 @@ class TimeMajor:
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
 
-    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray):
+    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray, pairs: bool = False):
         """The scaled forward and backward passes at `unary [..., N, V]` and `pairwise [..., V, V]`:
         α̂ `[..., N, V]` (α_t including e_t, each row summing to 1), β̂ `[..., N, V]` (α̂_t β̂_t is the
-        marginal), e_t / z_t · β̂_t `[..., N, V]` (e_0 / z_0 at step 0), log z_t + the unary shift
-        `[..., N]`, the pairwise shift `[..., 1, 1]` and exp(P − shift) `[..., V, V]`."""
-        shift = unary.max(-1, keepdims=True)
+        marginal), log z_t + the unary shift `[..., N]`, the pairwise shift `[..., 1, 1]`, exp(P −
+        shift) `[..., V, V]` and, with `pairs`, Σ_t α̂_tᵀ (e_{t+1} / z_{t+1} · β̂_{t+1}) `[..., V, V]`
+        (times exp(P − shift): the summed pair marginals ξ), else None. Sums over labels are
+        products with a vector of ones (BLAS), faster than NumPy's reductions along a short axis."""
+        shift = _row_max(unary)
         emit = np.exp(unary - shift)
         p_max = pairwise.max((-2, -1), keepdims=True)
         trans = np.exp(pairwise - p_max)
         trans_t = np.ascontiguousarray(np.swapaxes(trans, -1, -2))
+        ones = np.ones(unary.shape[-1], unary.dtype)
         alpha = np.empty_like(emit)
         z = np.empty(emit.shape[:-1], dtype=unary.dtype)
         first = self.slice(0)
-        z[..., first] = emit[..., first, :].sum(-1)
+        z[..., first] = emit[..., first, :] @ ones
         alpha[..., first, :] = emit[..., first, :] / z[..., first, None]
         for t, prev, start, stop in self._steps:
             if t % CHECK_STEPS == 0:
                 check_cancelled()
             new = alpha[..., prev : prev + stop - start, :] @ trans
             new *= emit[..., start:stop, :]
-            z_t = np.add.reduce(new, -1)
+            z_t = new @ ones
             z[..., start:stop] = z_t
             np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
         beta = np.ones_like(emit)
-        scaled = emit / z[..., None]  # e_t / z_t, then × β̂_t: the right factor of ξ_{t−1} and of β̂_{t−1}
+        scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
+        scaled /= z[..., None]
+        pair_sum = np.zeros_like(trans) if pairs else None
         for t, prev, start, stop in reversed(self._steps):
             if t % CHECK_STEPS == 0:
                 check_cancelled()
             here = scaled[..., start:stop, :]
             here *= beta[..., start:stop, :]
+            left = alpha[..., prev : prev + stop - start, :]
+            if pairs:
+                pair_sum += np.swapaxes(left, -1, -2) @ here
             np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
-        return alpha, beta, scaled, np.log(z) + shift[..., 0], p_max, trans
+        return alpha, beta, np.log(z) + shift[..., 0], p_max, trans, pair_sum
 
     def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True):
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`."""
-        alpha, beta, scaled, log_scale, p_max, trans = self._recursions(unary, pairwise)
+        alpha, beta, log_scale, p_max, trans, pair_sum = self._recursions(unary, pairwise, pairs)
         marg = alpha * beta
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
         log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
-        pair_sum = None
         if pairs:
-            pair_sum = trans * (alpha[self.left].T @ scaled[self.right]) if len(self.left) else np.zeros_like(trans)
+            pair_sum *= trans
         return marg, pair_sum, log_z
 
     def constrained_forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, allowed: np.ndarray, *,
@@ -146,7 +153,7 @@ class TimeMajor:
         `pairwise [..., V, V]`, as scaled messages and their scales: (α̂ `[..., N, V]`, β̂ `[..., N, V]`,
         log c `[..., N]`, log Z `[..., B]`) with α_t = c_t α̂_t (α_t including e^{u_t}),
         β_t = Z / c_t · β̂_t (β at a sentence's last token = 1) and the marginal α̂_t β̂_t."""
-        alpha, beta, _, log_scale, p_max, _ = self._recursions(unary, pairwise)
+        alpha, beta, log_scale, p_max, _, _ = self._recursions(unary, pairwise)
         log_c = np.empty_like(log_scale)  # Σ_{s ≤ t} (log z_s + shift_s) + t · max P along the sentence
         first = self.slice(0)
         log_c[..., first] = log_scale[..., first]
@@ -201,6 +208,16 @@ class TimeMajor:
             (self.left[where[self.left]], self.right[where[self.left]])
         flat = labels[left] * num_labels + labels[right]
         return np.bincount(flat, minlength=num_labels * num_labels).reshape(num_labels, num_labels).astype(float)
+
+
+def _row_max(values: np.ndarray) -> np.ndarray:
+    """max over the last axis `[..., 1]`, by halving the rows (a few elementwise maxima over
+    shrinking arrays): NumPy's reduction along a short contiguous axis costs several times more."""
+    while values.shape[-1] > 1:
+        half = values.shape[-1] // 2
+        top = np.maximum(values[..., :half], values[..., half : 2 * half])
+        values = np.concatenate([top, values[..., 2 * half :]], axis=-1) if values.shape[-1] % 2 else top
+    return values
 
 
 def padded_layout(lengths: np.ndarray):
