@@ -71,7 +71,11 @@ def train_laplace(config, featurizer, num_labels: int, data: SequenceData, dev_d
     from gpseq.training.allocator import arrays_reused
 
     with threadpool_limits(1, user_api="blas"), arrays_reused():
-        return _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init, choose_decode)
+        chosen, arguments, scores = _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, init,
+                                                   choose_decode)
+    # the model's dense [D, V] arrays after the fit's freed memory went back to the system (they are
+    # large enough to be mapped afresh, on top of whatever the allocator kept)
+    return model_state(chosen, **arguments), scores
 
 
 def prior_grid(training, model, has_dev: bool) -> tuple[list[float], list[float], list[float]]:
@@ -349,6 +353,6 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         callback(Progress(done[0], total, walk, -report.objective_per_token[-1], event="done",
                           dev_score=dev_nll, elapsed_s=time.perf_counter() - start))
     alpha, temperature = (calibration["variance_scale"], calibration["temperature"]) if calibration else (1.0, 1.0)
-    state = model_state(chosen, prior_variance=prior[0], alpha=alpha, temperature=temperature,
-                        unseen_scale=calibration.get("unseen_scale") if calibration else None, dtype=config.dtype)
-    return state, scores
+    arguments = dict(prior_variance=prior[0], alpha=alpha, temperature=temperature,
+                     unseen_scale=calibration.get("unseen_scale") if calibration else None, dtype=config.dtype)
+    return chosen, arguments, scores
