@@ -156,8 +156,8 @@ def test_chunks_evaluated_two_at_a_time_give_the_serial_sums_exactly(monkeypatch
 
 
 def test_an_objective_evaluates_the_same_after_its_extended_objective_was_evaluated():
-    # the extended objective shares the original's [D, V] weight scratch array and writes a wider
-    # support into it: the original, evaluated after it, must not see those weights
+    # the extended objective shares the original's chunks and cuts them by its wider support: the
+    # original, evaluated after it, must cut them by its own again and not see the other's weights
     rng = np.random.default_rng(1)
     original = synthetic_sequences(rng, n_seq=4, V=3, D=6, max_len=3)
     D, V = original.rows.shape[1], 3
