@@ -34,20 +34,19 @@ class LbfgsResult:
 
 
 def _direction(grad, pairs) -> np.ndarray:
-    """−H g by the two-loop recursion over the stored (s, y, 1/sᵀy) pairs (oldest first), by BLAS
-    level-1 calls in place (one pass over memory each, no n-sized temporaries: at large n allocating
-    them costs more than the flops). The default training runs it with BLAS on one thread
-    (`prior_path.train_laplace`)."""
-    from scipy.linalg.blas import daxpy
-
-    q = np.array(grad, dtype=np.float64)
+    """−H g by the two-loop recursion over the stored (s, y, 1/sᵀy) pairs (oldest first): inner
+    products by NumPy's BLAS (one pass over memory; the default training runs it on one thread,
+    `prior_path.train_laplace`), updates by in-place ufuncs into one scratch vector (no n-sized
+    temporaries: at large n allocating them costs more than the flops). SciPy's own BLAS is not
+    used: it is a second library, outside the thread limit the training sets when it loads later."""
+    q = grad.copy()
+    scratch = np.empty_like(q)
 
     def dot(a, b):
         return float(np.dot(a, b))
 
-    def add_scaled(vector, factor):  # q += factor · vector (in place: q is contiguous float64)
-        nonlocal q
-        q = daxpy(vector, q, a=factor)
+    def add_scaled(vector, factor):  # q += factor · vector
+        q.__iadd__(np.multiply(vector, factor, out=scratch))
 
     alphas = []
     for s, y, rho in reversed(pairs):
