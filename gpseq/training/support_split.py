@@ -35,27 +35,29 @@ class SupportSplit:
         self.head_ids = np.flatnonzero(head)
         self.head_column = np.full(num_features, -1, np.int64)  # each feature's row of the head block
         self.head_column[self.head_ids] = np.arange(len(self.head_ids))
-        self.on_head = head[feature]  # [P]
-        self.head_flat = self.head_column[feature[self.on_head]] * V + label[self.on_head]
-        tail_features = feature[~self.on_head]  # each once: one label each
+        on_head = head[feature]  # [P]
+        # the support's positions of each part (index arrays: taking by them beats a boolean mask)
+        self.head_positions, self.tail_positions = np.flatnonzero(on_head), np.flatnonzero(~on_head)
+        self.head_flat = self.head_column[feature[on_head]] * V + label[on_head]
+        tail_features = feature[~on_head]  # each once: one label each
         self.tail_index = np.full(num_features, -1, np.int64)  # each feature's tail weight
         self.tail_index[tail_features] = np.arange(len(tail_features))
         self.tail_label = np.full(num_features, -1, np.int64)
-        self.tail_label[tail_features] = label[~self.on_head]
+        self.tail_label[tail_features] = label[~on_head]
         self.weights = np.zeros((len(self.head_ids), V), dtype)  # the head block: 0 off the support
         self.tail_weights = np.zeros(len(tail_features), dtype)
 
     def write(self, w_support: np.ndarray) -> None:
         """The support's weights `[P]` into the head block and the tail."""
-        self.weights.reshape(-1)[self.head_flat] = w_support[self.on_head]
-        self.tail_weights[:] = w_support[~self.on_head]
+        self.weights.reshape(-1)[self.head_flat] = w_support[self.head_positions]
+        self.tail_weights[:] = w_support[self.tail_positions]
 
     def gather(self, head_sums: np.ndarray, tail_sums: np.ndarray) -> np.ndarray:
         """A per-weight quantity (gradient, Fisher diagonal) on the support `[P]`, float64, from its
         head block `[D_h, V]` and tail `[D_t]`."""
-        out = np.empty(len(self.on_head))
-        out[self.on_head] = head_sums.reshape(-1)[self.head_flat]
-        out[~self.on_head] = tail_sums
+        out = np.empty(len(self.head_positions) + len(self.tail_positions))
+        out[self.head_positions] = head_sums.reshape(-1)[self.head_flat]
+        out[self.tail_positions] = tail_sums
         return out
 
 
