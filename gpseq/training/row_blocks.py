@@ -76,14 +76,10 @@ class RowBlocks:
 def _row_view(matrix, low: int, high: int):
     """Rows low:high of a CSR matrix sharing its data and indices: slicing would copy them, and so
     would SciPy's constructor (it copies a view of less than half its base), so the arrays are
-    set on an empty matrix of the block's shape."""
-    import scipy.sparse as sp
-
+    set on an empty matrix of the block's shape (`csr_on`)."""
     start, stop = matrix.indptr[low], matrix.indptr[high]
-    view = sp.csr_matrix((high - low, matrix.shape[1]), dtype=matrix.dtype)
-    view.data, view.indices = matrix.data[start:stop], matrix.indices[start:stop]
-    view.indptr = (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype)
-    return view
+    return csr_on(matrix.data[start:stop], matrix.indices[start:stop],
+                  (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype), (high - low, matrix.shape[1]))
 
 
 def csr_on(data, indices, indptr, shape):
