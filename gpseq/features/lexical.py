@@ -1,4 +1,4 @@
-"""Lexical token attributes: context-free properties of a word string, read from spaCy lexemes.
+"""Lexical token attributes: context-free properties of a word string, as spaCy's lexemes have them.
 
 A lexical attribute depends only on the word (spaCy stores them on the `Lexeme`, shared by every
 `Token` with that text), so the featurizer computes them once per word type and caches them.
@@ -75,15 +75,105 @@ suffix (3 chars), the `is_*`/`like_*` flags), `word` (the text itself), `prefix1
 `suffix1`..`suffix4` (first/last n characters), `length` (capped at 10) and `char_class`."""
 
 
-# attributes computed from the text alone (no spaCy lexeme: a featurizer using only these never
-# imports spaCy, which takes most of a small corpus's featurisation time)
+# Attributes computed here from the text alone, equal to spaCy's (the tests compare them with
+# spaCy's blank vocabularies over every corpus word type and every Unicode character): a featurizer
+# using only these never imports spaCy, which takes most of a small corpus's featurisation time and
+# ~70 MB of a training's memory. spaCy's languages override only a lexeme's like_num, is_currency,
+# norm and is_stop; the first two are here for English, the last two are always read from spaCy.
 TEXT_ONLY = frozenset({"word", "length", "char_class", *(f"{kind}{n}" for kind in ("prefix", "suffix")
                                                              for n in range(1, 5))})
 
 
-def needs_lexeme(name: str) -> bool:
-    """True when the lexical attribute `name` is read from spaCy's `Lexeme` (not the text alone)."""
-    return name not in TEXT_ONLY
+def word_shape(text: str) -> str:
+    """spaCy's word shape: letters as X/x by case, digits as d, other characters as themselves, a
+    run of one shape character cut after 4; "LONG" for 100 characters or more."""
+    if len(text) >= 100:
+        return "LONG"
+    out: list[str] = []
+    previous, run = "", 0
+    for ch in text:
+        if ch.isalpha():
+            code = "X" if ch.isupper() else "x"
+        elif ch.isdigit():
+            code = "d"
+        else:
+            code = ch
+        run = run + 1 if code == previous else 1
+        previous = code
+        if run <= 4:
+            out.append(code)
+    return "".join(out)
+
+
+def _all_categories(prefix: str) -> Callable[[str], bool]:
+    return lambda text: all(unicodedata.category(ch).startswith(prefix) for ch in text)
+
+
+_EN_NUMBER_WORDS = frozenset((
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+    "hundred thousand million billion trillion quadrillion quintillion sextillion septillion "
+    "octillion nonillion decillion gajillion bazillion "
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
+    "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth fortieth "
+    "fiftieth sixtieth seventieth eightieth ninetieth hundredth thousandth millionth billionth "
+    "trillionth quadrillionth quintillionth sextillionth septillionth octillionth nonillionth "
+    "decillionth gajillionth bazillionth").split())
+
+
+def _like_number(text: str) -> bool:
+    """Digits after one leading sign and without , and . (e.g. -1,000.5), or a digit fraction."""
+    if text[:1] in ("+", "-", "±", "~"):
+        text = text[1:]
+    text = text.replace(",", "").replace(".", "")
+    if text.isdigit():
+        return True
+    numerator, slash, denominator = text.partition("/")
+    return bool(slash) and "/" not in denominator and numerator.isdigit() and denominator.isdigit()
+
+
+def _like_number_en(text: str) -> bool:
+    """`_like_number`, or (after the sign and separators are dropped) an English number or ordinal
+    word, or digits followed by st/nd/rd/th."""
+    if _like_number(text):
+        return True
+    if text[:1] in ("+", "-", "±", "~"):
+        text = text[1:]
+    lower = text.replace(",", "").replace(".", "").lower()
+    return lower in _EN_NUMBER_WORDS or (lower[-2:] in ("st", "nd", "rd", "th") and lower[:-2].isdigit())
+
+
+_TEXT_FLAGS: dict[str, Callable[[str], bool]] = {
+    "is_alpha": str.isalpha, "is_ascii": str.isascii, "is_digit": str.isdigit, "is_lower": str.islower,
+    "is_upper": str.isupper, "is_title": str.istitle, "is_space": str.isspace,
+    "is_punct": _all_categories("P"),
+}
+_LANGUAGE_FLAGS: dict[str, dict[str, Callable[[str], bool]]] = {
+    "en": {"like_num": _like_number_en, "is_currency": _all_categories("Sc")},
+}
+
+
+def _as_value(flag: Callable[[str], bool]) -> Callable[[str], str]:
+    # spaCy's empty lexeme has every flag False (the vacuous all() of is_punct would say True)
+    return lambda text: "True" if text and flag(text) else "False"
+
+
+def text_function(name: str, lang: str) -> Callable[[str], str] | None:
+    """The function computing lexical attribute `name` of a word from its text, equal to spaCy's
+    `Lexeme` attribute in language `lang`; None when it is read from spaCy's vocabulary."""
+    if name in TEXT_ONLY:
+        function = LEXICAL_ATTRIBUTES[name]
+        return lambda text: function(None, text)
+    if name == "lower":
+        return str.lower
+    if name == "shape":
+        return word_shape
+    if name == "prefix":
+        return lambda text: text[:1]
+    if name == "suffix":
+        return lambda text: text[-3:]
+    flag = _TEXT_FLAGS.get(name) or _LANGUAGE_FLAGS.get(lang, {}).get(name)
+    return None if flag is None else _as_value(flag)
 
 
 def is_lexical(name) -> bool:

@@ -1,21 +1,23 @@
 """Token values: every token's value of each feature source as an integer id.
 
-A source is a lexical attribute of the word (computed once per word type and cached; through
-spaCy's blank Vocab unless it is text-only, `lexical.TEXT_ONLY`), a corpus column, or a spaCy pipeline attribute; `ValueSpace` maps its value
-strings to ids (ids below `n_boundary` are the sentence-boundary values BOS1…, EOS1…).
+A source is a lexical attribute of the word (computed once per word type and cached; from the
+text, `lexical.text_function`, or where only spaCy has it through spaCy's blank Vocab), a corpus
+column, or a spaCy pipeline attribute; `ValueSpace` maps its value strings to ids (ids below `n_boundary` are the sentence-boundary values BOS1…, EOS1…).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from itertools import chain, repeat
+from pathlib import Path
 
 import numpy as np
 
 from gpseq.corpora.text import blank_nlp
 from gpseq.errors import ConfigError, InputFormatError
 from gpseq.features.config import FeatureConfig
-from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical, needs_lexeme
+from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical, text_function
 from gpseq.features.templates import boundary_string
 
 _TYPE_CACHE_MAX = 2_000_000  # word types cached before the cache is reset
@@ -93,8 +95,7 @@ class TokenValues:
         self.config, self.sources, self.n_boundary = config, list(sources), n_boundary
         self._nlp = nlp
         self._lexical_sources = [s for s in self.sources if is_lexical(s)]
-        self._lexical_functions = [LEXICAL_ATTRIBUTES[s] for s in self._lexical_sources]
-        self._needs_lexemes = any(needs_lexeme(s) for s in self._lexical_sources)
+        self._lexical_functions = [self._lexical_function(s) for s in self._lexical_sources]
         self.reset(frozen=False)
 
     def reset(self, frozen: bool) -> None:
@@ -117,6 +118,20 @@ class TokenValues:
 
     def _vocab(self):
         return blank_vocab(self.config.lang)
+
+    def _lexical_function(self, source: str):
+        """function(words) -> value strings of lexical attribute `source`: from the text where
+        `text_function` has it (and the language is one spaCy knows), else from spaCy's lexemes."""
+        text = text_function(source, self.config.lang) if known_language(self.config.lang) else None
+        if text is not None:
+            return lambda words: list(map(text, words))
+        lexeme = LEXICAL_ATTRIBUTES[source]
+
+        def from_lexemes(words):
+            vocab = self._vocab()
+            return [lexeme(vocab[word], word) for word in words]
+
+        return from_lexemes
 
     def _pipeline(self):
         if self._nlp is None:
@@ -148,14 +163,8 @@ class TokenValues:
                 grown = np.zeros((size, self._type_values.shape[1]), dtype=np.int64)
                 grown[:first] = self._type_values[:first]
                 self._type_values = grown
-            if self._needs_lexemes:
-                vocab = self._vocab()
-                lexemes = [vocab[word] for word in new_words]
-            else:  # text-only attributes: no spaCy
-                lexemes = [None] * len(new_words)
-            for j, (source, fn) in enumerate(zip(self._lexical_sources, self._lexical_functions)):
-                strings = [fn(lexeme, word) for lexeme, word in zip(lexemes, new_words)]
-                self._type_values[first:needed, j] = self.spaces[source].ids(strings)
+            for j, (source, strings_of) in enumerate(zip(self._lexical_sources, self._lexical_functions)):
+                self._type_values[first:needed, j] = self.spaces[source].ids(strings_of(new_words))
             index.update(zip(new_words, range(first, needed)))
             ids[missing] = np.fromiter(map(index.__getitem__, (words[i] for i in missing)), dtype=np.int64,
                                        count=len(missing))
@@ -220,8 +229,7 @@ class TokenValues:
             else:
                 attribute = source
             if is_lexical(attribute):
-                fn, vocab = LEXICAL_ATTRIBUTES[attribute], self._vocab()
-                strings = [fn(vocab[w], w) for w in words]
+                strings = self._lexical_function(attribute)(words)
             else:
                 strings = token_strings(tokens, attribute)
             values[source] = self.spaces[source].ids(strings)
@@ -232,6 +240,21 @@ def blank_vocab(lang: str):
     """The Vocab of the blank pipeline of `lang` (lexical attributes only), shared by all featurizers
     and the raw-text reader."""
     return blank_nlp(lang, "features.lang").vocab
+
+
+def known_language(lang: str) -> bool:
+    """True when spaCy has a language package `lang` (looked up without importing spaCy); an
+    unknown code goes to spaCy, whose error names it."""
+    if lang not in _KNOWN_LANGUAGES:
+        spec = importlib.util.find_spec("spacy")
+        places = spec.submodule_search_locations if spec is not None else None
+        _KNOWN_LANGUAGES[lang] = bool(lang.isidentifier() and places
+                                      and any((Path(place) / "lang" / lang / "__init__.py").is_file()
+                                              for place in places))
+    return _KNOWN_LANGUAGES[lang]
+
+
+_KNOWN_LANGUAGES: dict[str, bool] = {}
 
 
 def token_strings(tokens: list, attribute: str) -> list[str]:

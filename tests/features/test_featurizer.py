@@ -442,23 +442,6 @@ def test_the_token_attributes_known_without_spacy_are_spacy_token_attributes():
     assert all(hasattr(Token, name) for name in _COMMON_TOKEN_ATTRIBUTES)
 
 
-def test_text_only_attributes_never_import_spacy():
-    """A featurizer whose lexical attributes are computed from the text alone (the segmentation
-    preset: word, char_class) fits and transforms without importing spaCy (a second of a small
-    corpus's training); one that reads spaCy lexemes (lower) does import it."""
-    import subprocess
-    import sys
-
-    code = ("import sys; from gpseq.corpora.types import Sentence; from gpseq.features import Featurizer; "
-            "from gpseq.features.config import get_preset; "
-            "s = [Sentence(tokens=('日', '本', 'A'), labels=('B', 'I', 'B'))]; "
-            "Featurizer(get_preset({!r})).fit(s).transform(s); print('spacy' in sys.modules)")
-    run = lambda preset: subprocess.run([sys.executable, "-c", code.format(preset)], capture_output=True,  # noqa: E731
-                                        text=True, check=True).stdout.strip()
-    assert run("segmentation") == "False"
-    assert run("ner") == "True"
-
-
 @pytest.mark.parametrize("preset,min_count,max_features", [("chunking", 1, None), ("pos", 2, None),
                                                            ("ner", 1, 500), ("segmentation", 3, 200)])
 def test_fit_in_blocks_builds_the_vocabulary_of_a_fit_on_the_whole_corpus(preset, min_count, max_features):
