@@ -9,6 +9,8 @@ import json
 import random
 import time
 
+import pytest
+
 from helpers.cli import invoke, one_line
 from helpers.tiny_model import corpus, model, notes  # noqa: F401
 
@@ -132,3 +134,68 @@ def test_text_max_tokens_must_be_positive(model, notes):
     result = invoke("tag", model, notes, "--text-max-tokens", "0")
     assert result.exit_code == 4
     assert one_line(result) == "error: --text-max-tokens must be >= 1; got 0"
+
+
+def _masc_text(corpora_dir, limit: int = 3000) -> list[str]:
+    """Sentences of the MASC genres as text: tokens joined by spaces, with the space before
+    punctuation and clitics dropped (so the tokenizer's prefix/suffix/infix rules and exceptions act)."""
+    texts, tokens = [], []
+    for path in sorted((corpora_dir / "masc").glob("*.conll")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                tokens.append(line.split()[0])
+                continue
+            if tokens:
+                text = tokens[0]
+                for token in tokens[1:]:
+                    glue = token[:1] in ".,;:!?)'%" or token.startswith("n'")
+                    text += ("" if glue else " ") + token
+                texts.append(text)
+                tokens = []
+            if len(texts) >= limit:
+                return texts
+    return texts
+
+
+CRAFTED_TEXT = [
+    "Dr. Smith's dog (aged 3) didn't bark at https://example.com/a?b=c -- or at j.doe@mail.org!",
+    "U.S.-based firms paid $4.5bn in 2019; e.g. Apple's 10% rise… “Really?” she asked. Yes.",
+    "I'm gonna go :) can't stop won't stop #tbt @someone 12:30pm 5km/h 3x4 A/B testing...",
+    "Mr.Jones\tarrived\n\nlate.  Twice   over.The end",
+    "Straße über Köln. Él dijo «¡hola!». C'est l'été, n'est-ce pas? 東京に行きます。",
+]
+
+
+def _assert_tokenised_as_spacy_blank_pipeline(lang: str, texts: list[str]) -> None:
+    import spacy
+
+    from gpseq.corpora.text import TextPipeline, blank_nlp
+
+    ours = blank_nlp(lang)
+    assert isinstance(ours, TextPipeline)
+    reference = spacy.blank(lang)
+    reference.add_pipe("sentencizer")
+    for text in texts:
+        got, want = ours(text), reference(text)
+        assert [(t.text, t.whitespace_, t.is_sent_start) for t in got] == \
+               [(t.text, t.whitespace_, t.is_sent_start) for t in want], text
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr", "xx"])
+def test_text_pipeline_tokenises_and_splits_as_spacy_blank_pipeline(lang, sample_dir):
+    """The reader's tokenizer (built from the language defaults, `TextPipeline`) gives the same
+    tokens, whitespace and sentence starts as spaCy's own blank pipeline with a sentencizer."""
+    _assert_tokenised_as_spacy_blank_pipeline(lang, CRAFTED_TEXT + [(sample_dir / "example.txt").read_text("utf-8")])
+
+
+def test_text_pipeline_tokenises_masc_as_spacy_blank_pipeline(corpora_dir):
+    _assert_tokenised_as_spacy_blank_pipeline("en", _masc_text(corpora_dir))
+
+
+def test_text_pipeline_of_a_language_with_its_own_segmenter_is_spacy_blank_pipeline():
+    """Chinese has its own segmenter (characters by default): the reader uses spaCy's pipeline."""
+    from gpseq.corpora.text import TextPipeline, blank_nlp
+
+    nlp = blank_nlp("zh")
+    assert not isinstance(nlp, TextPipeline)
+    assert [[t.text for t in s] for s in nlp("东京很大。我去。").sents] == [list("东京很大。"), list("我去。")]
