@@ -68,11 +68,18 @@ def observed_pairs(data: SequenceData, num_labels: int) -> np.ndarray:
     token_of = np.repeat(np.arange(data.rows.shape[0]), np.diff(data.rows.indptr))
     keep = known[token_of]
     flat = data.rows.indices[keep].astype(np.int64) * num_labels + data.label_ids[token_of[keep]]
-    size = data.rows.shape[1] * num_labels
+    return pair_union([flat], data.rows.shape[1] * num_labels)
+
+
+def pair_union(arrays: list, size: int) -> np.ndarray:
+    """The sorted distinct values of `arrays` (flat pair indices below `size`): by marking a mask
+    over every pair, linear in the pairs, where `np.unique` sorts them (the default beyond
+    PAIR_MASK_SIZE pairs)."""
     if size > PAIR_MASK_SIZE:
-        return np.unique(flat)
-    seen = np.zeros(size, bool)  # a mask over every pair: linear in the pairs, where unique sorts them
-    seen[flat] = True
+        return np.unique(np.concatenate(arrays))
+    seen = np.zeros(size, bool)
+    for values in arrays:
+        seen[values] = True
     return np.flatnonzero(seen)
 
 
@@ -268,7 +275,7 @@ class NumpyChainObjective:
                 chunk = ChainChunk.build(part if len(bounds) == 1 else part.subset(np.arange(low, high)), V, dtype)
                 pairs.append(chunk.arrays_.pop("pairs"))
                 if len(pairs) > 16:  # the union so far: support-sized, whatever the number of chunks
-                    pairs = [np.unique(np.concatenate(pairs))]
+                    pairs = [pair_union(pairs, self.num_features * V)]
                 self.n_tokens += chunk.n_tokens
                 tokens = len(chunk.arrays_["labels"])
                 if in_memory + tokens > memory_tokens:
@@ -280,7 +287,7 @@ class NumpyChainObjective:
             raise ValueError("the corpus objective needs at least one labelled token")
         # column 0 (PAD_ID: the count of a token's features the vocabulary lacks) is never free: its
         # weight keeps its prior, the predictive's variance for unseen features (`gpseq.features`)
-        support = np.unique(np.concatenate(pairs))
+        support = pair_union(pairs, self.num_features * V)
         self.support = support[support >= V]
         self._split = None  # the support's `SupportSplit` (made at the first evaluation)
         self._sums = None  # W's gradient or Fisher summed over the chunks: ([D_h, V] `dtype`, tail [D_t] float64)
@@ -294,7 +301,7 @@ class NumpyChainObjective:
         both = NumpyChainObjective.__new__(NumpyChainObjective)
         both.__dict__.update(more.__dict__)
         both.chunks, both.n_tokens = self.chunks + more.chunks, self.n_tokens + more.n_tokens
-        both.support = np.union1d(self.support, more.support)
+        both.support = pair_union([self.support, more.support], self.num_features * self.num_labels)
         both._spill, both._owners = None, (self, more)  # theirs: the spill directories
         return both
 
