@@ -13,15 +13,25 @@ objective, 0 where a coordinate at zero should stay there) replaces the gradient
 kept in the orthant the pseudo-gradient points into, and every trial point is projected onto the
 current orthant (coordinates that would cross zero are set to zero), so exact zeros appear; the
 curvature pairs use the smooth part's gradients only. The line search then backtracks by halving.
+
+Its vector work (n-sized: the pseudo-gradient, the two-loop recursion, trial points, new pairs) is
+memory-bound and runs between the objective's evaluations on one thread; from PARALLEL_MIN
+coordinates each step runs on the two halves of the coordinates at once, one on a worker thread
+(NumPy releases the GIL in its loops), each step's passes fused over its half, with one join per
+inner product. Sums of the halves' partial inner products differ from whole ones by rounding only.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+PARALLEL_MIN = 1 << 17  # coordinates from which the vector work runs on two threads
+_WORKER: list = []
 
 
 @dataclass
@@ -33,43 +43,80 @@ class LbfgsResult:
     message: str
 
 
-def _direction(grad, pairs) -> np.ndarray:
-    """−H g by the two-loop recursion over the stored (s, y, 1/sᵀy) pairs (oldest first): inner
-    products by NumPy's BLAS (one pass over memory; the default training runs it on one thread,
-    `prior_path.train_laplace`), updates by in-place ufuncs into one scratch vector (no n-sized
-    temporaries: at large n allocating them costs more than the flops). SciPy's own BLAS is not
-    used: it is a second library, outside the thread limit the training sets when it loads later."""
-    q = grad.copy()
-    scratch = np.empty_like(q)
+class _Halves:
+    """The coordinates as one part, or (from PARALLEL_MIN) two halves whose work runs at once."""
 
-    def dot(a, b):
-        return float(np.dot(a, b))
+    def __init__(self, n: int):
+        self.parts = [slice(0, n // 2), slice(n // 2, n)] if n >= PARALLEL_MIN else [slice(0, n)]
 
-    def add_scaled(vector, factor):  # q += factor · vector
-        q.__iadd__(np.multiply(vector, factor, out=scratch))
+    def run(self, work: Callable) -> list:
+        """[work(part) for each part], the first part on this thread while a worker does the second."""
+        if len(self.parts) == 1:
+            return [work(self.parts[0])]
+        if not _WORKER:
+            _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpseq-lbfgs"))
+        other = _WORKER[0].submit(work, self.parts[1])
+        mine = work(self.parts[0])
+        return [mine, other.result()]
 
-    alphas = []
-    for s, y, rho in reversed(pairs):
-        a = rho * dot(s, q)
-        add_scaled(y, -a)
-        alphas.append(a)
-    if pairs:
-        s, y, _ = pairs[-1]
-        q *= dot(s, y) / dot(y, y)
-    for (s, y, rho), a in zip(pairs, reversed(alphas)):
-        add_scaled(s, a - rho * dot(y, q))
-    return np.negative(q, out=q)
+    def sum(self, work: Callable) -> float:
+        return float(sum(self.run(work)))
 
 
-def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray) -> np.ndarray:
+def _dot(a, b) -> float:  # NumPy's BLAS: one pass over memory (the training runs it on one thread)
+    return float(np.dot(a, b))
+
+
+def _direction(v, pairs, halves: _Halves, q, scratch) -> None:
+    """q = −H v by the two-loop recursion over the stored (s, y, 1/sᵀy, sᵀy/yᵀy) pairs (oldest
+    first), with updates in place (no n-sized temporaries: at large n allocating them costs more
+    than the flops). Each step's update and the next inner product are one pass per half."""
+    m = len(pairs)
+    if m == 0:
+        halves.run(lambda p: np.negative(v[p], out=q[p]))
+        return
+    alphas = [0.0] * m
+
+    def first_loop(i, factor, p):  # q −= factor · y_(i+1) (the copy of v at the start), then s_i · q
+        if i == m - 1:
+            np.copyto(q[p], v[p])
+        else:
+            q[p] -= np.multiply(pairs[i + 1][1][p], factor, out=scratch[p])
+        return _dot(pairs[i][0][p], q[p])
+
+    factor = 0.0
+    for i in range(m - 1, -1, -1):
+        alphas[i] = pairs[i][2] * halves.sum(lambda p: first_loop(i, factor, p))
+        factor = alphas[i]
+
+    def second_loop(i, factor, p):  # q −= α₀ y₀ and q ·= γ (at the start) or q += factor · s_(i−1), then y_i · q
+        if i == 0:
+            q[p] -= np.multiply(pairs[0][1][p], alphas[0], out=scratch[p])
+            q[p] *= pairs[-1][3]
+        else:
+            q[p] += np.multiply(pairs[i - 1][0][p], factor, out=scratch[p])
+        return _dot(pairs[i][1][p], q[p])
+
+    for i in range(m):
+        factor = alphas[i] - pairs[i][2] * halves.sum(lambda p: second_loop(i, factor, p))
+
+    def last(p):
+        q[p] += np.multiply(pairs[-1][0][p], factor, out=scratch[p])
+        np.negative(q[p], out=q[p])
+
+    halves.run(last)
+
+
+def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN; `l1` shaped like `x`): ∇f + l1·sign(x) off
     zero; at zero the one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is
-    > 0), else 0."""
-    right, left = grad + l1, grad - l1  # the derivatives on either side of x_i, or at x_i = 0 going up / down
-    # at zero: right if < 0, left if > 0, else 0 (left ≤ right, so at most one of the two is nonzero)
-    at_zero = np.minimum(right, 0.0)
-    at_zero += np.maximum(left, 0.0)
-    return np.where(x > 0.0, right, np.where(x < 0.0, left, at_zero))
+    > 0), else 0, which is g − clip(g, −l1, l1)."""
+    out = np.empty_like(grad) if out is None else out
+    np.clip(grad, -l1, l1, out=out)
+    np.subtract(grad, out, out=out)  # the value at zero
+    moved = x != 0.0
+    out[moved] = grad[moved] + np.copysign(l1[moved], x[moved])
+    return out
 
 
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
@@ -81,55 +128,89 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     x = np.array(x0, dtype=np.float64)
     penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
         np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
+    halves = _Halves(x.size)
+    d, scratch = np.empty_like(x), np.empty_like(x)
+    v = g_view = None
+    if penalty is not None:
+        v, orthant = np.empty_like(x), np.empty_like(x)
 
-    def total(point, smooth):  # the objective, L1 term included
-        return smooth if penalty is None else smooth + float(np.add.reduce(penalty * np.abs(point)))
+    def l1_term(point) -> float:
+        return 0.0 if penalty is None else halves.sum(lambda p: np.dot(penalty[p], np.abs(point[p], out=scratch[p])))
 
     f_smooth, g = fun(x)
-    f = total(x, f_smooth)
+    f = f_smooth + l1_term(x)
     nfev, message = 1, "iteration limit"
-    pairs: deque = deque(maxlen=memory)
+    pairs: deque = deque()
     nit = 0
     while nit < max_iterations:
-        v = g if penalty is None else pseudo_gradient(x, g, penalty)
-        if np.max(np.abs(v), initial=0.0) <= gtol:
+        if penalty is None:
+            g_view = g
+            largest = max(halves.run(lambda p: float(np.max(np.abs(g[p], out=scratch[p]), initial=0.0))))
+        else:
+            def steepest(p):  # the pseudo-gradient, its largest |·| and the orthant the step stays in
+                pseudo_gradient(x[p], g[p], penalty[p], out=v[p])
+                np.sign(x[p], out=orthant[p])
+                unset = orthant[p] == 0.0
+                orthant[p][unset] = -np.sign(v[p][unset])
+                return float(np.max(np.abs(v[p], out=scratch[p]), initial=0.0))
+
+            largest = max(halves.run(steepest))
+            g_view = v
+        if largest <= gtol:
             message = "gradient below gtol"
             break
-        d = _direction(v, pairs)
-        if penalty is not None:
-            d[d * v >= 0.0] = 0.0  # stay in the orthant of −v
-        slope = float(np.dot(v, d))
+        _direction(g_view, pairs, halves, d, scratch)
+
+        def slope_of(p):
+            if penalty is not None:  # stay in the orthant of −v
+                d[p][d[p] * g_view[p] >= 0.0] = 0.0
+            return _dot(g_view[p], d[p])
+
+        slope = halves.sum(slope_of)
         if slope >= 0.0:  # not a descent direction (numerical trouble): restart from steepest descent
             pairs.clear()
-            d, slope = -v, -float(np.dot(v, v))
+            halves.run(lambda p: np.negative(g_view[p], out=d[p]))
+            slope = -halves.sum(lambda p: _dot(g_view[p], g_view[p]))
         step = 1.0 if pairs else 1.0 / max(np.sqrt(-slope), 1e-12)
-        orthant = None if penalty is None else np.where(x != 0.0, np.sign(x), np.sign(-v))
         for _ in range(max_backtracks):
-            x_new = x + step * d
-            if orthant is not None:
-                x_new[np.sign(x_new) != orthant] = 0.0
-                decrease_bound = float(np.dot(v, x_new - x))
-            else:
-                decrease_bound = step * slope
+            x_new = np.empty_like(x)
+
+            def trial(p):  # x + step · d (projected on the orthant), and its decrease bound vᵀ(x_new − x)
+                np.multiply(d[p], step, out=x_new[p])
+                x_new[p] += x[p]
+                if penalty is None:
+                    return 0.0
+                x_new[p][np.sign(x_new[p]) != orthant[p]] = 0.0
+                return _dot(g_view[p], np.subtract(x_new[p], x[p], out=scratch[p]))
+
+            bound = halves.sum(trial)
+            decrease_bound = step * slope if penalty is None else bound
             f_smooth_new, g_new = fun(x_new)
-            f_new = total(x_new, f_smooth_new)
+            f_new = f_smooth_new + l1_term(x_new)
             nfev += 1
             if np.isfinite(f_new) and f_new <= f + armijo * decrease_bound:
                 break
-            if orthant is not None:
+            if penalty is not None:
                 step *= 0.5
                 continue
             # minimiser of the quadratic through f, slope and f_new, kept within [0.1, 0.5] · step
             curvature = f_new - f - slope * step if np.isfinite(f_new) else np.inf
-            trial = -slope * step * step / (2.0 * curvature) if curvature > 0 else 0.1 * step
-            step = min(max(trial, 0.1 * step), 0.5 * step)
+            trial_step = -slope * step * step / (2.0 * curvature) if curvature > 0 else 0.1 * step
+            step = min(max(trial_step, 0.1 * step), 0.5 * step)
         else:
             message = "line search failed"
             break
-        s, y = x_new - x, g_new - g
-        sy = float(np.dot(s, y))
-        if sy > 1e-10 * np.sqrt(float(np.dot(s, s)) * float(np.dot(y, y))):
-            pairs.append((s, y, 1.0 / sy))
+        # the new pair, in the oldest pair's arrays once `memory` are stored
+        s, y = (pairs.popleft()[:2]) if len(pairs) == memory else (np.empty_like(x), np.empty_like(x))
+
+        def new_pair(p):
+            np.subtract(x_new[p], x[p], out=s[p])
+            np.subtract(g_new[p], g[p], out=y[p])
+            return np.array([_dot(s[p], y[p]), _dot(s[p], s[p]), _dot(y[p], y[p])])
+
+        sy, ss, yy = (float(t) for t in sum(halves.run(new_pair)))
+        if sy > 1e-10 * np.sqrt(ss * yy):
+            pairs.append((s, y, 1.0 / sy, sy / yy))
         decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
         x, f, g = x_new, f_new, g_new
         nit += 1

@@ -5,9 +5,19 @@ SciPy's L-BFGS-B on the split formulation."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 
-def test_lbfgs_reaches_the_minimiser_of_an_ill_conditioned_quadratic_and_of_rosenbrock():
+@pytest.fixture(params=["one part", "two halves"])
+def halves(request, monkeypatch):
+    """Every test twice: with the vector work on one thread, and split in two halves run at once
+    (what vectors of PARALLEL_MIN coordinates or more get)."""
+    if request.param == "two halves":
+        monkeypatch.setattr("gpseq.training.lbfgs.PARALLEL_MIN", 2)
+    return request.param
+
+
+def test_lbfgs_reaches_the_minimiser_of_an_ill_conditioned_quadratic_and_of_rosenbrock(halves):
     from gpseq.training.lbfgs import minimize_lbfgs
 
     rng = np.random.default_rng(8)
@@ -26,7 +36,7 @@ def test_lbfgs_reaches_the_minimiser_of_an_ill_conditioned_quadratic_and_of_rose
     np.testing.assert_allclose(result.x, [1.0, 1.0], atol=1e-6)
 
 
-def test_owlqn_matches_soft_thresholding_and_a_bound_constrained_split_formulation():
+def test_owlqn_matches_soft_thresholding_and_a_bound_constrained_split_formulation(halves):
     """With `l1`, minimize_lbfgs minimises f + Σ l1_i |x_i|: against the closed form (soft
     thresholding) for a separable quadratic, and against SciPy's L-BFGS-B on the split
     formulation x = x⁺ − x⁻, x± ≥ 0 (a different algorithm) for a logistic regression."""
