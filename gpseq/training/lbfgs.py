@@ -129,13 +129,13 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
         np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
     halves = _Halves(x.size)
-    d, scratch = np.empty_like(x), np.empty_like(x)
+    d = np.empty_like(x)  # the direction; with `l1` the pseudo-gradient and the orthant (signs) too
     v = g_view = None
     if penalty is not None:
-        v, orthant = np.empty_like(x), np.empty_like(x)
+        v, orthant = np.empty_like(x), np.empty(x.shape, np.int8)
 
     def l1_term(point) -> float:
-        return 0.0 if penalty is None else halves.sum(lambda p: np.dot(penalty[p], np.abs(point[p], out=scratch[p])))
+        return 0.0 if penalty is None else halves.sum(lambda p: np.dot(penalty[p], np.abs(point[p])))
 
     f_smooth, g = fun(x)
     f = f_smooth + l1_term(x)
@@ -143,15 +143,14 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     pairs: deque = deque()
     nit = 0
     while nit < max_iterations:
+        scratch = np.empty_like(x)  # for this iteration's direction (freed before the evaluations)
         if penalty is None:
             g_view = g
             largest = max(halves.run(lambda p: float(np.max(np.abs(g[p], out=scratch[p]), initial=0.0))))
         else:
             def steepest(p):  # the pseudo-gradient, its largest |·| and the orthant the step stays in
                 pseudo_gradient(x[p], g[p], penalty[p], out=v[p])
-                np.sign(x[p], out=orthant[p])
-                unset = orthant[p] == 0.0
-                orthant[p][unset] = -np.sign(v[p][unset])
+                orthant[p] = np.where(x[p] != 0.0, np.sign(x[p]), -np.sign(v[p]))
                 return float(np.max(np.abs(v[p], out=scratch[p]), initial=0.0))
 
             largest = max(halves.run(steepest))
@@ -167,6 +166,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             return _dot(g_view[p], d[p])
 
         slope = halves.sum(slope_of)
+        del scratch
         if slope >= 0.0:  # not a descent direction (numerical trouble): restart from steepest descent
             pairs.clear()
             halves.run(lambda p: np.negative(g_view[p], out=d[p]))
@@ -181,7 +181,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
                 if penalty is None:
                     return 0.0
                 x_new[p][np.sign(x_new[p]) != orthant[p]] = 0.0
-                return _dot(g_view[p], np.subtract(x_new[p], x[p], out=scratch[p]))
+                return _dot(g_view[p], x_new[p] - x[p])
 
             bound = halves.sum(trial)
             decrease_bound = step * slope if penalty is None else bound
