@@ -92,6 +92,8 @@ Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
                     `--features <the set's CRF++ template>` (the seed's features; the CLI takes
                     a template file as --features), or the preset above with
                     --small-features preset
+  masc-pos          a POS tagger trained on nine MASC genres (their files joined in name order,
+                    `masc_pos_train`), tested on the tenth (travel-guides), --features pos
   shift-chunk       the conll2000-chunk models (all five systems) tested on the project's
                     corpora/sample/test.conll (word POS NER chunk; chunk = last column)
   shift-pos         the conll2000-pos models tested on the same file, POS column as label
@@ -227,9 +229,27 @@ def corpora() -> list[Corpus]:
         Corpus("crfpp-seg", crfpp / "seg" / "train.data", crfpp / "seg" / "test.data", "segmentation"),
         Corpus("crfpp-japanesene", crfpp / "JapaneseNE" / "train.data", crfpp / "JapaneseNE" / "test.data", "ner",
                encoding="euc-jp", pos_column=2),
+        Corpus("masc-pos", masc_pos_train(root / "masc"), root / "masc" / f"{MASC_TEST}.conll", "pos",
+               quick_train=QUICK_CONLL_TRAIN),
         Corpus("shift-chunk", conll / "train.txt", sample, "chunking", source="conll2000-chunk", pos_column=1),
         Corpus("shift-pos", conll / "train.txt", sample, "pos", label_column=1, source="conll2000-pos"),
     ]
+
+
+MASC_TEST = "travel-guides"  # the genre masc-pos is tested on; the other nine are its training file
+
+
+def masc_pos_train(masc: Path) -> Path:
+    """The nine MASC genres other than MASC_TEST joined in name order, one file in the system's
+    temporary directory (written once; a sentence never spans two files)."""
+    parts = sorted(p for p in masc.glob("*.conll") if p.stem != MASC_TEST)
+    target = Path(tempfile.gettempdir()) / "gpseq-masc-pos-train.conll"
+    text = "".join(p.read_text(encoding="utf-8").rstrip("\n") + "\n\n" for p in parts) if parts else ""
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    return target
 
 
 def small_names() -> list[str]:
