@@ -40,8 +40,8 @@ _BLANK_NLPS: dict = {}
 class TextPipeline:
     """A language's default spaCy tokenizer and a sentencizer, called like a pipeline (text → Doc
     with sentences). Built from the language's defaults directly: the same tokenizer as
-    `spacy.blank(lang)`'s, without the pipeline's config resolution (a twentieth of a second of a
-    one-sentence `gpseq tag`)."""
+    `spacy.blank(lang)`'s, without resolving a pipeline config (part of a one-sentence `gpseq tag`'s
+    start-up)."""
 
     def __init__(self, tokenizer, sentencizer):
         self.tokenizer, self.sentencizer = tokenizer, sentencizer

@@ -77,9 +77,9 @@ suffix (3 chars), the `is_*`/`like_*` flags), `word` (the text itself), `prefix1
 
 # Attributes computed here from the text alone, equal to spaCy's (the tests compare them with
 # spaCy's blank vocabularies over every corpus word type and every Unicode character): a featurizer
-# using only these never imports spaCy, which takes most of a small corpus's featurisation time and
-# ~70 MB of a training's memory. spaCy's languages override only a lexeme's like_num, is_currency,
-# norm and is_stop; the first two are here for English, the last two are always read from spaCy.
+# using only these never imports spaCy nor builds its pipeline. spaCy's languages override only a
+# lexeme's like_num, is_currency, norm and is_stop; the first two are here for English, the last
+# two are always read from spaCy.
 TEXT_ONLY = frozenset({"word", "length", "char_class", *(f"{kind}{n}" for kind in ("prefix", "suffix")
                                                              for n in range(1, 5))})
 

@@ -2,7 +2,8 @@
 
 A source is a lexical attribute of the word (computed once per word type and cached; from the
 text, `lexical.text_function`, or where only spaCy has it through spaCy's blank Vocab), a corpus
-column, or a spaCy pipeline attribute; `ValueSpace` maps its value strings to ids (ids below `n_boundary` are the sentence-boundary values BOS1…, EOS1…).
+column, or a spaCy pipeline attribute; `ValueSpace` maps its value strings to ids (ids below
+`n_boundary` are the sentence-boundary values BOS1…, EOS1…).
 """
 
 from __future__ import annotations

@@ -192,3 +192,24 @@ def test_observed_pairs_are_the_feature_label_pairs_of_labelled_tokens(monkeypat
     expected = sorted({f * V + int(label) for row, label in zip(data.rows.toarray(), data.label_ids) if label >= 0
                        for f in np.flatnonzero(row)})
     np.testing.assert_array_equal(observed_pairs(data, V), expected)
+
+
+@pytest.mark.parametrize("mask_size", [0, 1 << 26])  # sorted (np.unique) and marked in a mask
+def test_the_support_of_many_chunks_and_of_an_extended_corpus_is_the_union_of_their_pairs(monkeypatch, mask_size):
+    """Chunks of a few tokens (more than 16 of them: the union is merged as it goes) and a corpus
+    extended by a second part: the support is the pairs of all their labelled tokens (brute force)."""
+    import gpseq.training.chain_objective as objective_module
+
+    monkeypatch.setattr(objective_module, "PAIR_MASK_SIZE", mask_size)
+    rng = np.random.default_rng(11)
+    V = 3
+    first, second = (synthetic_sequences(rng, n_seq=40, D=60, max_len=4) for _ in range(2))
+
+    def pairs(data):
+        return {f * V + int(label) for row, label in zip(data.rows.toarray(), data.label_ids) for f in np.flatnonzero(row)}
+
+    objective = NumpyChainObjective(first, V, chunk_tokens=4)
+    assert len(objective.chunks) > 16
+    np.testing.assert_array_equal(objective.support, sorted(p for p in pairs(first) if p >= V))
+    both = objective.extended(second)
+    np.testing.assert_array_equal(both.support, sorted(p for p in pairs(first) | pairs(second) if p >= V))
