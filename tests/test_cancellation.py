@@ -8,6 +8,7 @@ decoding) and short ones (one batch)."""
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -63,17 +64,26 @@ def test_a_never_stopped_prediction_returns_what_it_returns_without_should_stop(
 
 def test_a_stopped_prediction_raises_at_the_check_that_said_so_and_checks_often(tagger):
     tagger.tag(SHORT)  # a first call's one-off costs (imports) are not the prediction's
-    began = time.perf_counter()
-    full = Asked()
-    tagger.tag([LONG, *SHORT], nbest=20, should_stop=full)
-    seconds = time.perf_counter() - began
-    checks = np.diff([began, *full.times])
+
+    def longest_stretch() -> tuple[float, Asked, float]:  # the longest time between checks, as a share of the call
+        gc.collect()  # a full collection of the test session's heap is not the prediction's
+        began = time.perf_counter()
+        asked = Asked()
+        tagger.tag([LONG, *SHORT], nbest=20, should_stop=asked)
+        seconds = time.perf_counter() - began
+        return float(np.diff([began, *asked.times]).max()) / seconds, asked, seconds
+
+    share, full, seconds = longest_stretch()
     # every long loop checks: the chain over the whole sentence alone has 5,000 / CHECK_STEPS steps
     # between checks in each of its forward, backward and k-best passes
     assert len(full.times) > 3 * len(LONG) // CHECK_STEPS, len(full.times)
     # no long stretch between two checks: the longest is ~5% of the call (k-best Viterbi alone, were
-    # its loop unchecked, is ~40%)
-    assert checks.max() < 0.2 * seconds, (checks.max(), seconds)
+    # its loop unchecked, is ~40%, in every call). A pause of the machine or the interpreter can
+    # lengthen one stretch of one call: the best of three calls is what the code does.
+    shares = [share]
+    while min(shares) >= 0.2 and len(shares) < 3:
+        shares.append(longest_stretch()[0])
+    assert min(shares) < 0.2, shares
     for stop_at in (1, len(full.times) // 3, 2 * len(full.times) // 3, len(full.times)):
         asked = Asked(stop_at)
         with pytest.raises(Cancelled):
