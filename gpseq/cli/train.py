@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import os
 import time
@@ -81,18 +80,6 @@ class TrainProgress:
         self.bar.update(self.task, total=progress.total_steps, completed=progress.step, **fields)
 
 
-@contextlib.contextmanager
-def collector_paused():
-    """Python's cyclic garbage collector off for the block (as it was before, after it)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 @app.command(epilog=TRAIN_EXAMPLES)
 @command
 def train(
@@ -150,21 +137,18 @@ def train(
             config_file=config, features=features, tag_scheme=tag_scheme, overrides=set_ or [],
             named={"--likelihood": likelihood, "--inducing": inducing, "--epochs": epochs, "--max-steps": max_steps,
                    "--seed": seed, "--devices": devices, "--strategy": strategy}))
-        # The corpus's sentences hold no reference cycles: the cyclic collector is off while they are
-        # read, instead of traversing the growing corpus at each of its passes.
-        with collector_paused():
-            if train_corpus.stat().st_size > STREAM_BYTES:  # read in passes, never held (the default training)
-                from gpseq.corpora import CorpusFile
+        if train_corpus.stat().st_size > STREAM_BYTES:  # read in passes, never held (the default training)
+            from gpseq.corpora import CorpusFile
 
-                sentences = CorpusFile(train_corpus, format_, token_column=token_column, label_column=label_column,
-                                       encoding=encoding, spacy_labels=spacy_labels,
-                                       tag_scheme=tagger_config.tag_scheme)
-            else:
-                sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding, spacy_labels,
-                                          tagger_config.tag_scheme)
-            dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding, spacy_labels,
-                                           tagger_config.tag_scheme)
-                             if dev is not None else None)
+            sentences = CorpusFile(train_corpus, format_, token_column=token_column, label_column=label_column,
+                                   encoding=encoding, spacy_labels=spacy_labels,
+                                   tag_scheme=tagger_config.tag_scheme)
+        else:
+            sentences = read_labelled(train_corpus, format_, token_column, label_column, encoding, spacy_labels,
+                                      tagger_config.tag_scheme)
+        dev_sentences = (read_labelled(dev, format_, token_column, label_column, encoding, spacy_labels,
+                                       tagger_config.tag_scheme)
+                         if dev is not None else None)
         # a label column the features read as a corpus column (a two-column `token label` file with the
         # chunking preset's POS column 1) would train on the gold labels: refused, as evaluate does
         first = sentences[:1] if isinstance(sentences, list) else list(itertools.islice(iter(sentences), 1))

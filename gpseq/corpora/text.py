@@ -19,8 +19,10 @@ a file without line breaks of any size. A NUL byte is refused (binary data, not 
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import re
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from gpseq.corpora.lines import Source, numbered_pieces
@@ -67,17 +69,37 @@ def _text_pipeline(lang: str):
     from spacy.vocab import create_vocab
 
     defaults = language.Defaults
-    regex = {name: compile_(rules) if rules else None for name, rules, compile_ in (
-        ("prefix", defaults.prefixes, util.compile_prefix_regex),
-        ("suffix", defaults.suffixes, util.compile_suffix_regex),
-        ("infix", defaults.infixes, util.compile_infix_regex))}
+    prefixes, suffixes, infixes = defaults.prefixes, defaults.suffixes, defaults.infixes
     tokenizer = Tokenizer(
         create_vocab(lang, defaults), rules=defaults.tokenizer_exceptions,
-        prefix_search=regex["prefix"] and regex["prefix"].search,
-        suffix_search=regex["suffix"] and regex["suffix"].search,
-        infix_finditer=regex["infix"] and regex["infix"].finditer,
+        prefix_search=util.compile_prefix_regex(prefixes).search if prefixes else None,
+        suffix_search=util.compile_suffix_regex(suffixes).search if suffixes else None,
+        infix_finditer=util.compile_infix_regex(infixes).finditer if infixes else None,
         token_match=defaults.token_match, url_match=defaults.url_match)
     return TextPipeline(tokenizer, Sentencizer())
+
+
+def spacy_language(lang: str) -> bool:
+    """True when spaCy has language `lang`: a package of its own (looked up without importing
+    spaCy), else one spaCy's registry resolves (an import of spaCy)."""
+    if lang not in _SPACY_LANGUAGES:
+        spec = importlib.util.find_spec("spacy")
+        places = (spec.submodule_search_locations or []) if spec is not None else []
+        known = lang.isidentifier() and any((Path(place) / "lang" / lang / "__init__.py").is_file()
+                                            for place in places)
+        if not known:
+            try:
+                from spacy import util
+
+                util.get_lang_class(lang)
+                known = True
+            except Exception:  # spaCy raises ImportError/KeyError-like errors for unknown codes
+                known = False
+        _SPACY_LANGUAGES[lang] = known
+    return _SPACY_LANGUAGES[lang]
+
+
+_SPACY_LANGUAGES: dict[str, bool] = {}
 
 
 def blank_nlp(lang: str, setting: str = "language"):

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpseq.corpora.text import spacy_language
 from gpseq.errors import ConfigError
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical
 from gpseq.features.templates import (
@@ -99,6 +100,8 @@ class FeatureConfig:
         for name in ("preset", "lang"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"features.{name} must be a string, got {getattr(self, name)!r}")
+        if not spacy_language(self.lang):
+            raise ConfigError(f"features.lang {self.lang!r}: no spaCy language of that code")
         if self.hashing_dim is not None:
             if self.min_count != 1 or self.max_features is not None:
                 raise ConfigError("features.min_count/max_features apply to a vocabulary, not to hashing_dim")

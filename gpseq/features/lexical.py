@@ -121,26 +121,24 @@ _EN_NUMBER_WORDS = frozenset((
     "decillionth gajillionth bazillionth").split())
 
 
+def _bare_number(text: str) -> str:
+    """`text` without one leading sign (+ - ± ~) and without its , and . separators."""
+    return (text[1:] if text[:1] in ("+", "-", "±", "~") else text).replace(",", "").replace(".", "")
+
+
 def _like_number(text: str) -> bool:
-    """Digits after one leading sign and without , and . (e.g. -1,000.5), or a digit fraction."""
-    if text[:1] in ("+", "-", "±", "~"):
-        text = text[1:]
-    text = text.replace(",", "").replace(".", "")
-    if text.isdigit():
-        return True
-    numerator, slash, denominator = text.partition("/")
-    return bool(slash) and "/" not in denominator and numerator.isdigit() and denominator.isdigit()
+    """Digits once the sign and separators are dropped (e.g. -1,000.5), or a digit fraction."""
+    bare = _bare_number(text)
+    numerator, slash, denominator = bare.partition("/")
+    return bare.isdigit() or (bool(slash) and "/" not in denominator and numerator.isdigit() and denominator.isdigit())
 
 
 def _like_number_en(text: str) -> bool:
-    """`_like_number`, or (after the sign and separators are dropped) an English number or ordinal
+    """`_like_number`, or (once the sign and separators are dropped) an English number or ordinal
     word, or digits followed by st/nd/rd/th."""
-    if _like_number(text):
-        return True
-    if text[:1] in ("+", "-", "±", "~"):
-        text = text[1:]
-    lower = text.replace(",", "").replace(".", "").lower()
-    return lower in _EN_NUMBER_WORDS or (lower[-2:] in ("st", "nd", "rd", "th") and lower[:-2].isdigit())
+    lower = _bare_number(text).lower()
+    return _like_number(text) or lower in _EN_NUMBER_WORDS or (lower[-2:] in ("st", "nd", "rd", "th")
+                                                               and lower[:-2].isdigit())
 
 
 _TEXT_FLAGS: dict[str, Callable[[str], bool]] = {

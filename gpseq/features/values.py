@@ -9,9 +9,7 @@ column, or a spaCy pipeline attribute; `ValueSpace` maps its value strings to id
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from itertools import chain, repeat
-from pathlib import Path
 
 import numpy as np
 
@@ -122,8 +120,8 @@ class TokenValues:
 
     def _lexical_function(self, source: str):
         """function(words) -> value strings of lexical attribute `source`: from the text where
-        `text_function` has it (and the language is one spaCy knows), else from spaCy's lexemes."""
-        text = text_function(source, self.config.lang) if known_language(self.config.lang) else None
+        `text_function` has it, else from spaCy's lexemes."""
+        text = text_function(source, self.config.lang)
         if text is not None:
             return lambda words: list(map(text, words))
         lexeme = LEXICAL_ATTRIBUTES[source]
@@ -241,21 +239,6 @@ def blank_vocab(lang: str):
     """The Vocab of the blank pipeline of `lang` (lexical attributes only), shared by all featurizers
     and the raw-text reader."""
     return blank_nlp(lang, "features.lang").vocab
-
-
-def known_language(lang: str) -> bool:
-    """True when spaCy has a language package `lang` (looked up without importing spaCy); an
-    unknown code goes to spaCy, whose error names it."""
-    if lang not in _KNOWN_LANGUAGES:
-        spec = importlib.util.find_spec("spacy")
-        places = spec.submodule_search_locations if spec is not None else None
-        _KNOWN_LANGUAGES[lang] = bool(lang.isidentifier() and places
-                                      and any((Path(place) / "lang" / lang / "__init__.py").is_file()
-                                              for place in places))
-    return _KNOWN_LANGUAGES[lang]
-
-
-_KNOWN_LANGUAGES: dict[str, bool] = {}
 
 
 def token_strings(tokens: list, attribute: str) -> list[str]:

@@ -71,8 +71,7 @@ def test_text_functions_equal_spacy_lexemes_on_the_shared_corpora_word_types(cor
 
 def test_presets_featurize_without_importing_spacy():
     """The presets' lexical attributes come from the text in English: fitting and transforming
-    imports no spaCy (its import and blank pipeline take most of a small corpus's featurisation,
-    and ~70 MB); an attribute only spaCy has (norm) does import it."""
+    imports no spaCy; an attribute only spaCy has (norm) does import it."""
     import subprocess
 
     code = ("import sys; from gpseq.corpora.types import Sentence; from gpseq.features import Featurizer; "
@@ -85,3 +84,13 @@ def test_presets_featurize_without_importing_spacy():
         config = f"get_preset({preset!r}, columns=[], column_attributes={{}}, conjunctions=[])"
         assert run(config) == "False", preset
     assert run("FeatureConfig(token_attributes=['norm'])") == "True"
+
+
+def test_a_language_code_spacy_lacks_is_refused_by_the_configuration():
+    from gpseq.errors import ConfigError
+    from gpseq.features.config import get_preset
+
+    with pytest.raises(ConfigError, match="features.lang 'zz'"):
+        get_preset("pos", lang="zz")
+    for lang in ("en", "de", "ja", "zh", "xx"):  # packages of spaCy's own, segmenters or not
+        assert get_preset("segmentation", lang=lang).lang == lang
