@@ -80,6 +80,21 @@ class LaplaceFit:
         out[self.support] = values
         return out.reshape(self.num_features, self.num_labels)
 
+    def on(self, values: np.ndarray, support: np.ndarray) -> np.ndarray:
+        """`values` on this fit's support, read at the flat indices `support` `[P']` (0 where this
+        support lacks one): no dense `[D, V]` array, whose float64 copy would be a large corpus's
+        peak."""
+        own = self.support
+        order = None if np.all(own[1:] > own[:-1]) else np.argsort(own, kind="stable")
+        if order is not None:
+            own, values = own[order], values[order]
+        out = np.zeros(len(support), dtype=np.result_type(values, np.float64))
+        if len(own):
+            at = np.minimum(np.searchsorted(own, support), len(own) - 1)
+            hit = own[at] == support
+            out[hit] = values[at[hit]]
+        return out
+
     def variance(self, transform=None, dtype=np.float64) -> np.ndarray:
         """q(W)'s variances `[D, V]` (`transform` applied to each), the prior variance σ²_g off the
         support: the weight-space GP's posterior for a weight no data constrained is its prior."""
@@ -201,7 +216,7 @@ def fit_laplace(
     same_support = start is not None and len(start.support) == len(support) and np.all(start.support == support)
 
     def on_support(values):  # a start's values on its support, on this objective's (0 elsewhere)
-        return values if same_support else start.dense(values).ravel()[support]
+        return values if same_support else start.on(values, support)
 
     fisher = None
     if start is None:

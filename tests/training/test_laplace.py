@@ -261,3 +261,23 @@ def test_held_out_moments_match_the_dense_weight_arrays():
     np.testing.assert_allclose(held.mean, dense @ W.reshape(D, V) + fit.bias, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(held.variance, (dense[:, seen] ** 2) @ s.reshape(D, V)[seen], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(held.unseen, dense[:, ~seen].sum(1) ** 2 * prior[0], rtol=1e-12)
+
+
+def test_a_fits_values_read_on_another_support_match_its_dense_array():
+    """`LaplaceFit.on` (a start's means on the next fit's support) against indexing the dense
+    `[D, V]` array, for sorted and unsorted own supports, supports that overlap in part, and empty
+    ones."""
+    from gpseq.training.laplace import LaplaceFit, LaplaceReport
+
+    rng = np.random.default_rng(3)
+    D, V = 40, 5
+    for own_size, other_size in [(60, 70), (0, 10), (30, 0), (200, 200)]:
+        own = rng.choice(D * V, own_size, replace=False)
+        other = np.sort(rng.choice(D * V, other_size, replace=False))
+        values = rng.normal(size=own_size)
+        for support, vals in [(np.sort(own), values[np.argsort(own)]), (own, values)]:
+            fit = LaplaceFit(D, np.zeros(V), support, vals, np.ones(own_size), np.zeros((V, V)), np.ones((V, V)),
+                             LaplaceReport())
+            dense = np.zeros(D * V)
+            dense[support] = vals
+            np.testing.assert_array_equal(fit.on(vals, other), dense[other])
