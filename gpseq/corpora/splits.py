@@ -1,4 +1,4 @@
-"""Deterministic splits of a corpus by sentence index: k folds and train/dev."""
+"""Deterministic splits of a corpus by sentence index: k folds and train/dev (runs of sentences)."""
 
 from __future__ import annotations
 
@@ -35,14 +35,26 @@ def kfold_indices(n: int, k: int, seed: int = 0,
     return out
 
 
+# sentences per run of the dev split: consecutive sentences of a corpus mostly come from one
+# document and share its rare words, so a dev split of whole runs meets new word forms at about the
+# rate new text does, where single sentences drawn at random (their neighbours training) meet fewer
+DEV_BLOCK = 50
+BLOCKS_IN_DEV = 10  # runs shrink until the dev split has at least this many
+
+
 def train_dev_split(n: int, dev_fraction: float, seed: int = 0,
-                    max_dev: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(train_idx, dev_idx) over range(n): round(n · dev_fraction) random indices (≥ 1, at most
-    `max_dev`) go to dev."""
+                    max_dev: int | None = None, block: int = DEV_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, dev_idx) over range(n): round(n · dev_fraction) indices (≥ 1, at most `max_dev`)
+    go to dev, as runs of consecutive sentences drawn at random: `block` sentences each, fewer where
+    the dev split would hold fewer than `BLOCKS_IN_DEV` runs (down to single sentences, a plain
+    random draw)."""
     if not 0.0 < dev_fraction < 1.0:
         raise ConfigError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
     if n < 2:
         raise ConfigError(f"a train/dev split needs at least 2 sentences, got {n}")
     n_dev = min(max(1, round(n * dev_fraction)), n - 1, max_dev if max_dev is not None else n)
-    order = np.random.default_rng(seed).permutation(n)
+    size = max(1, min(int(block), n_dev // BLOCKS_IN_DEV))
+    starts = np.random.default_rng(seed).permutation(-(-n // size)) * size
+    drawn = (starts[:, None] + np.arange(size)).ravel()
+    order = drawn[drawn < n]
     return np.sort(order[n_dev:]).astype(np.int64), np.sort(order[:n_dev]).astype(np.int64)

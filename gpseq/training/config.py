@@ -50,7 +50,8 @@ class TrainingConfig:
     num_samples: int | None = None  # Monte Carlo samples of f per sequence in the ELBO (None: the
     # estimator's default, 1 pathwise, 128 score-function; gpseq.structured.estimators.DEFAULT_SAMPLES)
     seed: int = 0
-    dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none)
+    dev_fraction: float = 0.1  # held-out slice of train when no dev set is given (0 = none), as runs of
+    # consecutive sentences (`corpora.splits.train_dev_split`)
     dev_max_sentences: int | None = 2000  # at most this many sentences in that slice: it is held in memory
     # (a large corpus is not), and a few thousand sentences choose λ and calibrate as well as more
     early_stopping: str = "nll"  # "f1" | "nll" | "none"

@@ -509,3 +509,25 @@ def test_jsonl_line_nested_too_deeply_names_file_and_line(tmp_path):
         read_corpus(path)
     with pytest.raises(InputFormatError, match=r"deep.jsonl:2: "):
         read_corpus(path, labelled=False)
+
+
+def test_the_dev_split_is_runs_of_consecutive_sentences():
+    """Large splits are whole runs of `DEV_BLOCK` consecutive sentences (aligned, drawn without
+    replacement); the runs shrink to keep ≥ `BLOCKS_IN_DEV` of them, and at one sentence the
+    split is the plain seeded permutation's first indices."""
+    from gpseq.corpora.splits import BLOCKS_IN_DEV, DEV_BLOCK
+
+    n = 8936
+    train, dev = train_dev_split(n, 0.1, seed=3)
+    assert len(dev) == 894 and len(train) + len(dev) == n and not set(train) & set(dev)
+    runs = np.split(dev, np.flatnonzero(np.diff(dev) > 1) + 1)
+    full = [run for run in runs if len(run) % DEV_BLOCK == 0]
+    assert len(runs) >= BLOCKS_IN_DEV and sum(map(len, full)) >= len(dev) - DEV_BLOCK
+    assert all(run[0] % DEV_BLOCK == 0 for run in full)
+    # 200 sentences: 20 in dev, runs of 2
+    _, small = train_dev_split(200, 0.1, seed=3)
+    pairs = np.unique(small // 2)
+    assert len(pairs) == 10 and np.array_equal(small, np.sort(np.concatenate([2 * pairs, 2 * pairs + 1])))
+    # 60 sentences: 6 in dev, single sentences drawn as a seeded permutation
+    _, single = train_dev_split(60, 0.1, seed=3)
+    assert np.array_equal(single, np.sort(np.random.default_rng(3).permutation(60)[:6]))
