@@ -43,9 +43,9 @@ BLOCKS_IN_DEV = 10  # runs shrink until the dev split has at least this many
 
 
 def train_dev_split(n: int, dev_fraction: float, seed: int = 0,
-                    max_dev: int | None = None, block: int = DEV_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+                    max_dev: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(train_idx, dev_idx) over range(n): round(n · dev_fraction) indices (≥ 1, at most `max_dev`)
-    go to dev, as runs of consecutive sentences drawn at random: `block` sentences each, fewer where
+    go to dev, as runs of consecutive sentences drawn at random: `DEV_BLOCK` sentences each, fewer where
     the dev split would hold fewer than `BLOCKS_IN_DEV` runs (down to single sentences, a plain
     random draw)."""
     if not 0.0 < dev_fraction < 1.0:
@@ -53,7 +53,7 @@ def train_dev_split(n: int, dev_fraction: float, seed: int = 0,
     if n < 2:
         raise ConfigError(f"a train/dev split needs at least 2 sentences, got {n}")
     n_dev = min(max(1, round(n * dev_fraction)), n - 1, max_dev if max_dev is not None else n)
-    size = max(1, min(int(block), n_dev // BLOCKS_IN_DEV))
+    size = max(1, min(DEV_BLOCK, n_dev // BLOCKS_IN_DEV))
     starts = np.random.default_rng(seed).permutation(-(-n // size)) * size
     drawn = (starts[:, None] + np.arange(size)).ravel()
     order = drawn[drawn < n]

@@ -58,7 +58,7 @@ class LaplaceFit:
 
     num_features: int
     bias: np.ndarray  # [V]
-    support: np.ndarray  # [P]
+    support: np.ndarray  # [P] flat f · V + v, sorted (`_pattern` and `on` rely on it)
     weights: np.ndarray  # [P]
     weight_variance: np.ndarray  # [P]
     pairwise: np.ndarray  # [V, V]
@@ -85,9 +85,6 @@ class LaplaceFit:
         support lacks one): no dense `[D, V]` array, whose float64 copy would be a large corpus's
         peak."""
         own = self.support
-        order = None if np.all(own[1:] > own[:-1]) else np.argsort(own, kind="stable")
-        if order is not None:
-            own, values = own[order], values[order]
         out = np.zeros(len(support), dtype=np.result_type(values, np.float64))
         if len(own):
             at = np.minimum(np.searchsorted(own, support), len(own) - 1)
