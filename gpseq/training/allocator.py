@@ -15,7 +15,14 @@ block (any NumPy-heavy process does), which it can no longer reach by itself —
 stays off once a threshold has been set, as after any `mallopt` call — whereas glibc's initial
 128 KiB, fixed, would map and fault in every array above 128 KiB the process allocates after
 training (tagging's, say). Peak memory is unchanged: freed blocks are reused, not added to.
-Elsewhere (another C library, another platform) it does nothing.
+
+`one_arena()` (which `arrays_reused` calls too) makes every thread created after it allocate from
+the heap the process already has: glibc otherwise gives each new thread an arena of its own, and
+with the raised trim threshold each keeps its freed arrays — the chunk workers' forward–backward
+arrays and the sparse products' ones, held two or three times over. The setting lasts for the
+process (glibc fixes its arena limit the first time a thread needs one); a command that trains
+calls it before it starts any thread (the progress display's).
+Elsewhere (another C library, another platform) both do nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import contextlib
 import ctypes
 import sys
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit systems
 TRIM_THRESHOLD = 1 << 30
 AFTER_TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # glibc's dynamic rule: trim = 2 × the mmap threshold
@@ -42,6 +49,14 @@ def _glibc():
         return None
 
 
+def one_arena() -> None:
+    """Threads created from now on share the existing arenas (the main heap, when no thread has
+    made one yet) instead of each making its own (module docstring)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(M_ARENA_MAX, 1)
+
+
 @contextlib.contextmanager
 def arrays_reused():
     """Within: freed large arrays stay in the process for the next allocation (module docstring)."""
@@ -51,6 +66,7 @@ def arrays_reused():
         return
     libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    one_arena()
     try:
         yield
     finally:

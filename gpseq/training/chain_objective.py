@@ -38,7 +38,7 @@ import numpy as np
 from gpseq.features.padded import ranges
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
-from gpseq.training.row_blocks import RowBlocks, csr_on
+from gpseq.training.row_blocks import RowBlocks, csr_on, ones
 from gpseq.training.support_split import SplitRows, SupportSplit
 
 
@@ -104,8 +104,9 @@ class ChainChunk:
     def __init__(self, arrays: dict, num_labels: int):
         self.arrays_ = arrays
         self.layout = TimeMajor.from_arrays({k[7:]: v for k, v in arrays.items() if k.startswith("layout_")})
-        rows = csr_on(arrays["rows_data"] if "ones" not in arrays else arrays["ones"], arrays["rows_indices"],
-                      arrays["rows_indptr"], arrays["rows_shape"])
+        indices = arrays["rows_indices"]
+        data = arrays["rows_data"] if "ones" not in arrays else ones(len(indices), arrays["ones"].dtype)
+        rows = csr_on(data, indices, arrays["rows_indptr"], arrays["rows_shape"])
         self.rows = RowBlocks(rows)
         self._split = None  # X cut by the last support split it was evaluated at (`split_rows`)
         self.dtype = rows.dtype
@@ -128,10 +129,10 @@ class ChainChunk:
         rows = data.rows[layout.order].astype(dtype)
         arrays = {f"layout_{k}": v for k, v in layout.arrays().items()}
         arrays.update(rows_indices=rows.indices, rows_indptr=rows.indptr, rows_shape=np.array(rows.shape))
-        if not np.all(rows.data == 1):
+        if np.all(rows.data == 1):  # indicator features (the presets): a view of one shared array of ones
+            arrays["ones"] = np.zeros(0, dtype)  # (its dtype)
+        else:
             arrays["rows_data"] = rows.data
-        if np.all(rows.data == 1):
-            arrays["ones"] = np.ones(rows.nnz, dtype)
         labels = data.label_ids[layout.order].astype(np.int64)
         partial = np.add.reduceat((~known).astype(np.int64), data.offsets[:-1]) > 0  # [B] corpus order
         in_full = ~partial[layout.sentences][layout.sentence_of]  # [N] time-major
@@ -148,6 +149,10 @@ class ChainChunk:
             arrays.update({f"partial_{k}": v for k, v in partial_layout.arrays().items()})
             arrays["partial_rows"] = time_major_row[corpus_token[partial_layout.order]]  # [N_p] rows of `rows`
         return cls(arrays, V)
+
+    def drop_split(self) -> None:
+        """Let go of X's cut by the last split (`split_rows` makes it again when asked)."""
+        self._split = None
 
     def split_rows(self, split: SupportSplit) -> SplitRows:
         """X cut by `split` (kept for the next evaluation at the same split)."""
@@ -215,6 +220,9 @@ class SpilledChunk:
             else:
                 chunk._split = SplitRows.from_arrays(_mapped(folder), split)
         return chunk
+
+    def drop_split(self) -> None:  # its cut lives on disk, not in memory
+        pass
 
     def value_and_grad(self, b, split, *rest):
         return self.load(split).value_and_grad(b, split, *rest)
@@ -296,6 +304,11 @@ class NumpyChainObjective:
         """The objective of this corpus and `data`'s sentences (SequenceData or parts): this one's
         chunks are shared, not rebuilt (it stays usable; its spilled chunks live as long as either)."""
         kept = sum(len(c.arrays_["labels"]) for c in self.chunks if isinstance(c, ChainChunk))
+        # the union's support splits X anew: this objective's split, its sums and its chunks' cuts of
+        # X go now, not after the new ones are made (made again if this objective is evaluated)
+        self._split = self._sums = None
+        for chunk in self.chunks:
+            chunk.drop_split()
         more = NumpyChainObjective(data, self.num_labels, dtype=self.dtype, chunk_tokens=self._chunk_tokens,
                                    memory_tokens=max(0, self._memory_tokens - kept), spill_dir=self._spill_dir)
         both = NumpyChainObjective.__new__(NumpyChainObjective)

@@ -12,6 +12,7 @@ import numpy as np
 
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 _POOL: list = []
+_ONES: dict = {}  # dtype -> the largest array of ones `ones` has made of it
 try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y)
     from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
 except ImportError:  # a SciPy that moved it: `RowBlocks.accumulate` adds a new product instead
@@ -90,3 +91,16 @@ def csr_on(data, indices, indptr, shape):
     matrix = sp.csr_matrix(tuple(shape), dtype=data.dtype)
     matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
     return matrix
+
+
+def ones(size: int, dtype) -> np.ndarray:
+    """A read-only view of `size` ones of `dtype`, on an array shared by every caller: the values
+    of an indicator matrix (the presets' X) are all 1, and one array of the largest chunk's size
+    serves every chunk's instead of one of its own each."""
+    dtype = np.dtype(dtype)
+    shared = _ONES.get(dtype)
+    if shared is None or len(shared) < size:
+        shared = _ONES[dtype] = np.ones(max(size, 2 * len(shared) if shared is not None else size), dtype)
+        shared.flags.writeable = False
+    return shared[:size]
+

@@ -33,16 +33,19 @@ class SupportSplit:
         feature, label = support // V, support % V
         head = np.bincount(feature, minlength=num_features) >= 2
         self.head_ids = np.flatnonzero(head)
-        self.head_column = np.full(num_features, -1, np.int64)  # each feature's row of the head block
+        # the index maps in int32 where they fit (they are over D and P: half the memory of int64)
+        index = _index_dtype(max(num_features, len(support), len(self.head_ids) * V))
+        self.head_column = np.full(num_features, -1, index)  # each feature's row of the head block
         self.head_column[self.head_ids] = np.arange(len(self.head_ids))
         on_head = head[feature]  # [P]
         # the support's positions of each part (index arrays: taking by them beats a boolean mask)
-        self.head_positions, self.tail_positions = np.flatnonzero(on_head), np.flatnonzero(~on_head)
-        self.head_flat = self.head_column[feature[on_head]] * V + label[on_head]
+        self.head_positions = np.flatnonzero(on_head).astype(index)
+        self.tail_positions = np.flatnonzero(~on_head).astype(index)
+        self.head_flat = (self.head_column[feature[on_head]].astype(np.int64) * V + label[on_head]).astype(index)
         tail_features = feature[~on_head]  # each once: one label each
-        self.tail_index = np.full(num_features, -1, np.int64)  # each feature's tail weight
+        self.tail_index = np.full(num_features, -1, index)  # each feature's tail weight
         self.tail_index[tail_features] = np.arange(len(tail_features))
-        self.tail_label = np.full(num_features, -1, np.int64)
+        self.tail_label = np.full(num_features, -1, index)
         self.tail_label[tail_features] = label[~on_head]
         self.weights = np.zeros((len(self.head_ids), V), dtype)  # the head block: 0 off the support
         self.tail_weights = np.zeros(len(tail_features), dtype)

@@ -49,3 +49,45 @@ def test_arrays_reused_does_nothing_without_glibc(monkeypatch):
     monkeypatch.setattr(allocator, "_glibc", lambda: None)
     with allocator.arrays_reused():
         assert np.ones(3).sum() == 3
+
+
+
+_ARENAS_AFTER_WORKERS = """
+import ctypes, sys, tempfile, threading
+import numpy as np
+from gpseq.training import allocator
+if sys.argv[1] == "one":
+    allocator.one_arena()
+def work():
+    for _ in range(200):
+        np.ones(1 << 14).sum()
+workers = [threading.Thread(target=work) for _ in range(4)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+with tempfile.NamedTemporaryFile("r") as out:  # glibc's own report: one <heap> element per arena
+    stream = libc.fopen(out.name.encode(), b"w")
+    libc.malloc_info(0, ctypes.c_void_p(stream))
+    libc.fclose(ctypes.c_void_p(stream))
+    print(out.read().count("<heap nr="))
+"""
+
+
+def _arenas_after_workers(mode: str) -> int:
+    import subprocess
+    import sys
+
+    # a process of its own each: glibc fixes its arena limit for the process
+    done = subprocess.run([sys.executable, "-c", _ARENAS_AFTER_WORKERS, mode], capture_output=True, text=True,
+                          timeout=120, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def test_one_arena_keeps_the_workers_on_the_main_heap():
+    """Threads allocating at once get arenas of their own from glibc (its `malloc_info` lists them);
+    after `one_arena` the process has the main heap only."""
+    assert _arenas_after_workers("default") > 1
+    assert _arenas_after_workers("one") == 1
