@@ -1,4 +1,4 @@
-"""Deterministic splits of a corpus by sentence index: k folds and train/dev, both of runs of consecutive sentences."""
+"""Deterministic splits of a corpus by sentence index: k folds and train/dev (runs of sentences)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from gpseq.errors import ConfigError
 
 def kfold_indices(n: int, k: int, seed: int = 0,
                   labelled: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """k (train_idx, test_idx) pairs over range(n): runs of consecutive indices (`_runs`: as the
-    dev split's, `DEV_BLOCK` at most, shorter so that a fold holds `BLOCKS_IN_DEV` of them) in a
-    seeded random order, cut into k folds (sizes differ ≤ 1; a fold boundary may cut a run).
+    """k (train_idx, test_idx) pairs over range(n): a seeded shuffle cut into k folds (sizes differ ≤ 1).
 
     Every index is in exactly one test fold; both arrays are sorted int64. Same (n, k, seed), same folds.
     `labelled` `[n]` bool (a partially annotated corpus: the sentences with a labelled token): those
@@ -21,7 +19,7 @@ def kfold_indices(n: int, k: int, seed: int = 0,
     """
     if not 2 <= k <= n:
         raise ConfigError(f"k-fold needs 2 <= k <= n, got k={k}, n={n}")
-    order = _runs(n, n // k, seed)
+    order = np.random.default_rng(seed).permutation(n)
     if labelled is None:
         folds = np.array_split(order, k)
     else:
@@ -37,8 +35,8 @@ def kfold_indices(n: int, k: int, seed: int = 0,
     return out
 
 
-# sentences per run of the dev split and of cross-fitting's folds: consecutive sentences of a corpus mostly come from one
-# document and share its rare words, so a held-out part of whole runs meets new word forms at about the
+# sentences per run of the dev split: consecutive sentences of a corpus mostly come from one
+# document and share its rare words, so a dev split of whole runs meets new word forms at about the
 # rate new text does, where single sentences drawn at random (their neighbours training) meet fewer
 DEV_BLOCK = 50
 BLOCKS_IN_DEV = 10  # runs shrink until the dev split has at least this many
@@ -55,15 +53,8 @@ def train_dev_split(n: int, dev_fraction: float, seed: int = 0,
     if n < 2:
         raise ConfigError(f"a train/dev split needs at least 2 sentences, got {n}")
     n_dev = min(max(1, round(n * dev_fraction)), n - 1, max_dev if max_dev is not None else n)
-    order = _runs(n, n_dev, seed)
-    return np.sort(order[n_dev:]).astype(np.int64), np.sort(order[:n_dev]).astype(np.int64)
-
-
-def _runs(n: int, held: int, seed: int) -> np.ndarray:
-    """range(n) as runs of consecutive indices in a seeded random order: `DEV_BLOCK` each, fewer
-    where a held-out part of `held` indices would hold fewer than `BLOCKS_IN_DEV` runs (down to
-    single indices, a plain permutation); the last run is shorter where `n` is not a multiple."""
-    size = max(1, min(DEV_BLOCK, held // BLOCKS_IN_DEV))
+    size = max(1, min(DEV_BLOCK, n_dev // BLOCKS_IN_DEV))
     starts = np.random.default_rng(seed).permutation(-(-n // size)) * size
     drawn = (starts[:, None] + np.arange(size)).ravel()
-    return drawn[drawn < n]
+    order = drawn[drawn < n]
+    return np.sort(order[n_dev:]).astype(np.int64), np.sort(order[:n_dev]).astype(np.int64)

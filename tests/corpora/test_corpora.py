@@ -532,26 +532,3 @@ def test_the_dev_split_is_runs_of_consecutive_sentences():
     # 60 sentences: 6 in dev, single sentences drawn as a seeded permutation
     _, single = train_dev_split(60, 0.1, seed=3)
     assert np.array_equal(single, np.sort(np.random.default_rng(3).permutation(60)[:6]))
-
-
-def test_the_folds_are_runs_of_consecutive_sentences():
-    """Cross-fitting's folds are cut from runs of consecutive sentences like the dev split's (at
-    least `BLOCKS_IN_DEV` runs to a fold), only a fold boundary cutting a run; folds too small for
-    runs of two are the plain seeded permutation cut into k."""
-    from gpseq.corpora.splits import BLOCKS_IN_DEV, DEV_BLOCK
-
-    n, k = 3000, 3  # folds of 1,000: runs of DEV_BLOCK
-    folds = kfold_indices(n, k, seed=5)
-    for _, test in folds:
-        runs = np.split(test, np.flatnonzero(np.diff(test) > 1) + 1)
-        assert len(runs) >= BLOCKS_IN_DEV
-        # whole aligned blocks (neighbours merge into longer runs) but the ≤ 2 a fold boundary cut
-        assert sum(run[0] % DEV_BLOCK != 0 for run in runs) <= 1
-        assert len(np.unique(test // DEV_BLOCK)) <= -(-len(test) // DEV_BLOCK) + 2
-    n = 216  # folds of 72: runs of 7
-    for _, test in kfold_indices(n, 3, seed=1):
-        assert len(np.unique(test // 7)) <= -(-len(test) // 7) + 2
-    n = 50  # folds of 16: single sentences
-    order = np.random.default_rng(2).permutation(n)
-    assert all(np.array_equal(test, np.sort(part))
-               for (_, test), part in zip(kfold_indices(n, 3, seed=2), np.array_split(order, 3)))
