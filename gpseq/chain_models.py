@@ -220,7 +220,7 @@ class ModelChain:
                 result.chain = self.earlier_labels(sentence)
         return results
 
-    def select(self, sentences: Iterable, n: int, strategy: str = "bald", **options) -> list:
+    def select(self, sentences: Iterable, n: int, strategy: str = "entropy", **options) -> list:
         """`Tagger.select` of the last model over the pool the earlier models fed (read and fed a
         chunk at a time): the acquisition scores are the last model's; each picked sentence keeps
         the earlier models' labels as its last columns, and its tagging's `chain` holds them."""

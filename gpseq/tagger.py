@@ -111,10 +111,10 @@ class Tagger(TaggingModel):
                                  resume=resume, init=previous))
 
     # ---- active learning ----------------------------------------------------------------------
-    def select(self, sentences: Iterable, n: int, strategy: str = "bald", **options) -> list:
+    def select(self, sentences: Iterable, n: int, strategy: str = "entropy", **options) -> list:
         """The `n` sentences most worth annotating, best first, as `gpseq.active.selection.Selected`
-        (pool index, sentence, score, current tagging): strategies bald, entropy, least-confidence,
-        margin, random; options (level, normalise, samples, max_similarity, seed, …) in
+        (pool index, sentence, score, current tagging): strategies entropy (default), bald,
+        least-confidence, margin, random; options (level, normalise, samples, max_similarity, seed, …) in
         `gpseq.active.selection.select`."""
         from gpseq.active.selection import select
 

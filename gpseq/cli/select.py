@@ -36,10 +36,11 @@ SELECT_EXAMPLES = """[b]Examples[/b]
 
 [b]Strategies[/b] (higher score = more worth annotating)
 
+  entropy           entropy of the calibrated predictive's marginals (its
+                    total uncertainty; --level sequence: of the label
+                    sequence; default)
   bald              mutual information between the labels and f, from
-                    posterior draws (epistemic uncertainty; default)
-  entropy           entropy of the predictive marginals (--level sequence:
-                    of the label sequence)
+                    posterior draws (the epistemic part alone)
   least-confidence  1 - P(most probable label sequence)
   margin            1 - (P(best) - P(second best sequence))
   random            a seeded random order
@@ -96,7 +97,7 @@ def select(
                                                      "last model); - reads stdin.", show_default=False)],
     n: Annotated[int, typer.Option("-n", "--n", help="How many sentences to pick.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (default, or -: standard output).")] = None,
-    strategy: Annotated[str, typer.Option(help="bald, entropy, least-confidence, margin or random.")] = "bald",
+    strategy: Annotated[str, typer.Option(help="entropy, bald, least-confidence, margin or random.")] = "entropy",
     format_: Annotated[Optional[str], typer.Option("--format", help="conll, jsonl, prodigy or labelstudio. Default: by the suffix of -o (.jsonl jsonl, .json labelstudio, .conll/.iob/.tsv… conll), else conll; a --format another suffix names is an error (prodigy is written as .jsonl).", show_default=False)] = None,
     level: Annotated[str, typer.Option(help="bald/entropy over token marginals (token) or label sequences (sequence).")] = "token",
     normalise: Annotated[bool, typer.Option("--normalise", help="Divide scores by the sentence length (per-token geometric mean for path probabilities).")] = False,

@@ -62,7 +62,7 @@ def test_select_rejects_bad_options(trained):
     from gpseq.errors import ConfigError
 
     tagger, train = trained
-    for options in ({"strategy": "nope"}, {"level": "word"}, {"samples": 1}, {"max_similarity": 0.0},
+    for options in ({"strategy": "nope"}, {"level": "word"}, {"strategy": "bald", "samples": 1}, {"max_similarity": 0.0},
                     {"variance_scale": -1.0}):
         with pytest.raises(ConfigError):
             tagger.select(train[:5], 2, **options)

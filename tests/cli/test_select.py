@@ -22,7 +22,7 @@ def test_select_conll_output_trains_with_init_and_jsonl_carries_the_scores(cli_m
     assert len(sentences) == 4 and all(len(s.columns[0]) == 2 for s in sentences)
     assert picked.read_text(encoding="utf-8").startswith("-DOCSTART- rank=1 score=")
     record = json.loads(run_select(model, pool, "-n", 1, "--format", "jsonl").stdout.splitlines()[0])
-    assert record["select"]["rank"] == 1 and record["select"]["strategy"] == "bald"
+    assert record["select"]["rank"] == 1 and record["select"]["strategy"] == "entropy"  # the default
     result = CliRunner().invoke(app, ["train", str(picked), "-o", str(base / "round1"), "--features", "ner",
                                       "--init", str(model)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
