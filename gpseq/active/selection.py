@@ -5,8 +5,9 @@ The strategies (entropy, bald, least-confidence, margin, random), their levels a
 defined in `gpseq.active.acquisition`, which scores a batch of chains; this module draws the chains from
 the model. The default is the token entropy of the calibrated predictive (its total uncertainty, the
 posterior's variance included): in simulated annotation it picked sentences that raised chunk F1
-more than BALD's epistemic part alone did, on both corpora of `benchmarks/active_learning.py`. BALD's draws: `variance_scale="calibrated"` (default) uses the calibrated predictive's
-draws (the spread of q scaled by the fitted α, potentials divided by the temperature T, as
+more than BALD's epistemic part alone did, on both corpora of `benchmarks/active_learning.py`.
+BALD's draws: `variance_scale="calibrated"` (default) uses the calibrated predictive's draws (the
+spread of q scaled by the fitted α, potentials divided by the temperature T, as
 `samples=S` tagging does); a number c draws f from q with its spread scaled by c (c = 1: the
 Laplace / SVI posterior itself) and no temperature. One seed is one set of draws for the whole pool
 (the weights' noise keyed by feature id, `gpseq.structured.unaries`): a sentence's score does not

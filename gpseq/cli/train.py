@@ -110,11 +110,10 @@ def train(
     """Train a tagger on a labelled corpus and save it to a model directory."""
     from rich.table import Table
 
+    from gpseq.corpora.docbin import parse_label_source
     from gpseq.training.allocator import one_arena
 
     one_arena()  # before the progress display's thread: every thread of the training on one heap
-    from gpseq.corpora.docbin import parse_label_source
-
     parse_label_source(spacy_labels)  # a ConfigError before any work
     for path in (train_corpus, dev, config):
         if path is not None and str(path) == "-":

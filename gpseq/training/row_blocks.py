@@ -103,4 +103,3 @@ def ones(size: int, dtype) -> np.ndarray:
         shared = _ONES[dtype] = np.ones(max(size, 2 * len(shared) if shared is not None else size), dtype)
         shared.flags.writeable = False
     return shared[:size]
-

@@ -51,7 +51,6 @@ def test_arrays_reused_does_nothing_without_glibc(monkeypatch):
         assert np.ones(3).sum() == 3
 
 
-
 _ARENAS_AFTER_WORKERS = """
 import ctypes, sys, tempfile, threading
 import numpy as np
@@ -59,9 +58,9 @@ from gpseq.training import allocator
 if sys.argv[1] == "one":
     allocator.one_arena()
 def work():
-    for _ in range(200):
+    for _ in range(500):
         np.ones(1 << 14).sum()
-workers = [threading.Thread(target=work) for _ in range(4)]
+workers = [threading.Thread(target=work) for _ in range(8)]
 for worker in workers:
     worker.start()
 for worker in workers:
