@@ -107,7 +107,7 @@ class ChainChunk:
         indices = arrays["rows_indices"]
         data = arrays["rows_data"] if "ones" not in arrays else ones(len(indices), arrays["ones"].dtype)
         rows = csr_on(data, indices, arrays["rows_indptr"], arrays["rows_shape"])
-        self.rows = RowBlocks(rows)
+        self._rows = RowBlocks(rows)  # X (None while a whole cut stands in for it: `split_rows`)
         self._split = None  # X cut by the last support split it was evaluated at (`split_rows`)
         self.dtype = rows.dtype
         self.token, self.gold, self.transitions = arrays["token"], arrays["gold"], arrays["transitions"]
@@ -152,13 +152,32 @@ class ChainChunk:
 
     def drop_split(self) -> None:
         """Let go of X's cut by the last split (`split_rows` makes it again when asked)."""
+        self._restore_rows()
         self._split = None
 
     def split_rows(self, split: SupportSplit) -> SplitRows:
-        """X cut by `split` (kept for the next evaluation at the same split)."""
+        """X cut by `split` (kept for the next evaluation at the same split). A cut that holds all
+        of X stands in for it until another split needs X again (X's indices are as large as
+        either half of the cut: held once, not twice)."""
         if self._split is None or self._split.split is not split:
-            self._split = SplitRows(self.rows.matrix, split)
+            self._restore_rows()
+            self._split = SplitRows(self._rows.matrix, split)
+            if self._split.whole:
+                self._rows = None
+                for name in ("rows_indices", "rows_indptr"):
+                    self.arrays_.pop(name, None)
         return self._split
+
+    @property
+    def rows(self) -> RowBlocks:
+        """X `[n, D]` in time-major order (made from the cut while one stands in for it)."""
+        return self._rows if self._rows is not None else RowBlocks(self._split.rows())
+
+    def _restore_rows(self) -> None:
+        if self._rows is None:  # X from the cut that stood in for it
+            matrix = self._split.rows()
+            self._rows = RowBlocks(matrix)
+            self.arrays_.update(rows_indices=matrix.indices, rows_indptr=matrix.indptr)
 
     def value_and_grad(self, b, split, pairwise, add):
         """(−log-likelihood, ∂/∂b [V], ∂/∂P [V, V]) of this chunk at the weights of `split`

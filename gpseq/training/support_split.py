@@ -88,12 +88,16 @@ class SplitRows:
             head_t.data = data
         self.head, self.head_t = RowBlocks(head), RowBlocks(head_t)
         self.head_squared_t = self.head_t if ones else RowBlocks(head.multiply(head).T.tocsr())
+        on_head = int(np.count_nonzero(keep))
         position = split.tail_index[rows.indices]
         keep = position >= 0
         self.tail_weight = position[keep].astype(_index_dtype(len(split.tail_weights)))
         self.tail_flat = (row_of[keep] * V + split.tail_label[rows.indices[keep]]).astype(_index_dtype(n * V))
         self.tail_value = None if ones else rows.data[keep].astype(np.float64)
         self.num_tail = len(split.tail_weights)
+        # every non-zero is in the cut, of an indicator X whose rows list their columns in order (a
+        # featurizer's): X is the cut's to give back (`rows`), and its holder may let go of it
+        self.whole = ones and on_head + int(np.count_nonzero(keep)) == rows.nnz and _columns_in_order(rows)
 
     _MATRICES = ("head", "head_t", "head_squared_t")
 
@@ -122,6 +126,22 @@ class SplitRows:
             rows.head_squared_t = rows.head_t
         return rows
 
+    def rows(self):
+        """X `[n, D]` (CSR, its dtype's ones) again, from a `whole` cut: the head's columns mapped back
+        to their features, the tail's from their weights, each row's columns in order."""
+        from gpseq.training.row_blocks import ones
+
+        split, head = self.split, self.head.matrix
+        n, V, D = head.shape[0], split.num_labels, len(split.tail_index)
+        row = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(head.indptr)),
+                              self.tail_flat.astype(np.int64) // V])
+        column = np.concatenate([split.head_ids[head.indices],
+                                 np.flatnonzero(split.tail_index >= 0)[self.tail_weight]])
+        order = np.lexsort((column, row))
+        index_dtype = head.indices.dtype
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n))]).astype(index_dtype)
+        return csr_on(ones(len(order), head.dtype), column[order].astype(index_dtype), indptr, (n, D))
+
     def unary(self, bias) -> np.ndarray:
         """X W + b `[n, V]` at the split's weights, in their dtype."""
         split = self.split
@@ -140,6 +160,17 @@ class SplitRows:
         if self.tail_value is not None:
             values *= self.tail_value ** 2 if squared else self.tail_value
         return values
+
+
+def _columns_in_order(matrix) -> bool:
+    """Whether every row of a CSR matrix lists its columns in increasing order (computed, not
+    SciPy's cached flag: the chunks' matrices are assembled from their arrays)."""
+    step = np.diff(matrix.indices.astype(np.int64))
+    starts = matrix.indptr[1:-1].astype(np.int64)
+    starts = starts[(starts > 0) & (starts < matrix.nnz)]
+    increasing = step > 0
+    increasing[starts - 1] = True  # a row's first column follows the previous row's last
+    return bool(np.all(increasing))
 
 
 def _index_dtype(size: int):

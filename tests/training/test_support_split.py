@@ -99,3 +99,58 @@ def test_spilled_chunks_and_an_extended_objective_evaluate_as_in_memory(tmp_path
                 got, want = getattr(objective, method)(b, w, p), getattr(expected, method)(b, w, p)
                 for a, c in zip(got, want):
                     np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-10)
+
+
+def test_a_whole_cut_gives_x_back():
+    """An indicator X (rows' columns in order) whose every non-zero is on the support: the cut is
+    `whole` and gives back the same CSR arrays; a feature off the support, real values or a row
+    listing its columns out of order keep X (the cut is not whole)."""
+    X, support, D, V, _ = _problem(5, ones=True)
+    X.sort_indices()
+    on = np.unique(support // V)
+    X_on = X[:, on] @ sp.csr_matrix((np.ones(len(on)), (np.arange(len(on)), on)), shape=(len(on), D))
+    X_on = sp.csr_matrix(X_on)
+    X_on.sort_indices()
+    X_on.data[:] = 1.0
+    split = SupportSplit(support, D, V, np.float64)
+    cut = SplitRows(X_on, split)
+    assert cut.whole
+    back = cut.rows()
+    np.testing.assert_array_equal(back.indptr, X_on.indptr)
+    np.testing.assert_array_equal(back.indices, X_on.indices)
+    np.testing.assert_array_equal(back.data, X_on.data)
+    assert back.shape == X_on.shape and back.indices.dtype == X_on.indices.dtype
+    assert not SplitRows(X, split).whole  # features with no pair on the support
+    real = X_on.copy()
+    real.data[0] = 2.0
+    assert not SplitRows(real, split).whole
+    shuffled = X_on.copy()
+    row = int(np.argmax(np.diff(shuffled.indptr)))  # a row with two columns or more
+    low, high = shuffled.indptr[row], shuffled.indptr[row + 1]
+    shuffled.indices[low:high] = shuffled.indices[low:high][::-1]
+    assert not SplitRows(shuffled, split).whole
+
+
+def test_an_objective_holds_x_once_after_its_cut(tmp_path):
+    """After an evaluation the in-memory chunks hold X's cut, not X too; extended and evaluated,
+    then evaluated again on its own support, the objective still equals a fresh one's."""
+    from gpseq.training.chain_objective import NumpyChainObjective
+
+    rng = np.random.default_rng(2)
+    V = 4
+    train, more = _sequences(rng, [5, 3, 4, 2, 6, 3]), _sequences(rng, [4, 5, 3])
+    for data in (train, more):  # indicator features, as the presets'
+        data.rows.data[:] = 1.0
+    objective = NumpyChainObjective(train, V, dtype="float64", chunk_tokens=6)
+    fresh = NumpyChainObjective(train, V, dtype="float64", chunk_tokens=6)
+    b, p = rng.normal(size=V), rng.normal(size=(V, V))
+    w = rng.normal(size=len(objective.support))
+    objective.value_and_grad(b, w, p)
+    assert all(chunk._rows is None and "rows_indices" not in chunk.arrays_ for chunk in objective.chunks)
+    both = objective.extended(more)
+    reference = NumpyChainObjective([train, more], V, dtype="float64", chunk_tokens=6)
+    w_both = rng.normal(size=len(both.support))
+    for got, want in zip(both.value_and_grad(b, w_both, p), reference.value_and_grad(b, w_both, p)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    for got, want in zip(objective.fisher(b, w, p), fresh.fisher(b, w, p)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
