@@ -198,7 +198,7 @@ def fit_laplace(
     """
     D, V = objective.num_features, objective.num_labels
     support = objective.support  # [P] flat indices into [D, V]
-    pair_group = np.asarray(groups, dtype=np.int64)[support // V]  # [P]
+    pair_group = np.asarray(groups, dtype=np.int32)[support // V]  # [P]
     n_groups = len(group_names)
     tokens = max(1, int(objective.n_tokens))
     sizes = (V, len(support), V * V)
@@ -230,7 +230,8 @@ def fit_laplace(
             b, w, p = unpack(theta)
             nll, g_b, g_w, g_p = objective.value_and_grad(b, w, p)
             prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
-            grad = np.concatenate([g_b + b / bias_var, g_w + precision_w * w, (g_p + p / pair_var).ravel()])
+            g_w += precision_w * w  # in place: one support-sized temporary fewer at the peak
+            grad = np.concatenate([g_b + b / bias_var, g_w, (g_p + p / pair_var).ravel()])
             report.evaluations += 1
             last[0] = (nll + prior) / tokens
             return nll + prior, grad
@@ -252,9 +253,12 @@ def fit_laplace(
         # raw it spans the feature counts (a bias fires at every token, most words once)
         scale = None if fisher is None else 1.0 / np.sqrt(np.concatenate(
             [fisher[0] + 1.0 / bias_var, fisher[1] + precision_w, np.ravel(fisher[2]) + 1.0 / pair_var]))
-        result = minimize_lbfgs(fun if scale is None else _scaled(fun, scale), theta if scale is None else theta / scale,
+        if scale is not None:  # the fit needs only these now (support-sized: not held beside them)
+            fisher, theta = None, theta / scale
+            penalty = None if penalty is None else penalty * scale
+        result = minimize_lbfgs(fun if scale is None else _scaled(fun, scale), theta,
                                 max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6, callback=step_done,
-                                l1=penalty if penalty is None or scale is None else penalty * scale)
+                                l1=penalty)
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
         theta = result.x if scale is None else result.x * scale
