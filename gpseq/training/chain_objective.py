@@ -168,11 +168,6 @@ class ChainChunk:
                     self.arrays_.pop(name, None)
         return self._split
 
-    @property
-    def rows(self) -> RowBlocks:
-        """X `[n, D]` in time-major order (made from the cut while one stands in for it)."""
-        return self._rows if self._rows is not None else RowBlocks(self._split.rows())
-
     def _restore_rows(self) -> None:
         if self._rows is None:  # X from the cut that stood in for it
             matrix = self._split.rows()

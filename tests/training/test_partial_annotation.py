@@ -184,7 +184,7 @@ def test_fully_labelled_corpus_gives_the_exact_chain_likelihood_and_unlabelled_s
     np.testing.assert_allclose(g_w, expected[2].ravel()[support], atol=1e-10)
     # the formula of the fully labelled objective, term by term: log Z − gold score
     layout = objective.chunks[0].layout
-    unary = objective.chunks[0].rows @ w_dense.reshape(-1, V) + b
+    unary = full.rows[layout.order] @ w_dense.reshape(-1, V) + b  # X in the chunk's time-major order
     marg, pair_sum, log_z = layout.forward_backward(unary, p)
     labels = full.label_ids[layout.order]
     gold = unary[np.arange(len(labels)), labels].sum() + np.sum(layout.transition_counts(labels, V) * p)
