@@ -42,7 +42,8 @@ class SupportSplit:
         self.head_positions = np.flatnonzero(on_head).astype(index)
         self.tail_positions = np.flatnonzero(~on_head).astype(index)
         self.head_flat = (self.head_column[feature[on_head]].astype(np.int64) * V + label[on_head]).astype(index)
-        tail_features = feature[~on_head]  # each once: one label each
+        # each tail weight's feature (each once: one label each)
+        self.tail_features = tail_features = feature[~on_head].astype(index)
         self.tail_index = np.full(num_features, -1, index)  # each feature's tail weight
         self.tail_index[tail_features] = np.arange(len(tail_features))
         self.tail_label = np.full(num_features, -1, index)
@@ -135,8 +136,7 @@ class SplitRows:
         n, V, D = head.shape[0], split.num_labels, len(split.tail_index)
         row = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(head.indptr)),
                               self.tail_flat.astype(np.int64) // V])
-        column = np.concatenate([split.head_ids[head.indices],
-                                 np.flatnonzero(split.tail_index >= 0)[self.tail_weight]])
+        column = np.concatenate([split.head_ids[head.indices], split.tail_features[self.tail_weight]])
         order = np.lexsort((column, row))
         index_dtype = head.indices.dtype
         indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n))]).astype(index_dtype)
