@@ -13,10 +13,12 @@ import numpy as np
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 _POOL: list = []
 _ONES: dict = {}  # dtype -> the largest array of ones `ones` has made of it
-try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y)
+try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y),
+    # and Y += Aᵀ·X from A's CSR arrays (Aᵀ's as CSC)
+    from scipy.sparse._sparsetools import csc_matvecs as _T_MATVECS
     from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
-except ImportError:  # a SciPy that moved it: `RowBlocks.accumulate` adds a new product instead
-    _MATVECS = None
+except ImportError:  # a SciPy that moved them: the accumulations add a new product instead
+    _MATVECS = _T_MATVECS = None
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -72,6 +74,26 @@ class RowBlocks:
             run(self.blocks[0])
         else:
             list(_threads().map(run, self.blocks))
+
+
+class Transposed:
+    """Aᵀ of a CSR matrix A `[n, D]`, for `accumulate` only, on A's own arrays: Aᵀ's CSR would hold
+    A's indices a second time. out[f] gathers A's rows in increasing order, as a product by Aᵀ's
+    sorted CSR does, so the sums are the same to the last bit; it runs on one thread."""
+
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+    def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
+        """out += Aᵀ @ dense, in place. `out`: C-contiguous, [D, k]."""
+        matrix = self.matrix
+        dense = np.ascontiguousarray(dense, out.dtype)
+        if _T_MATVECS is not None and out.flags.c_contiguous and out.dtype == matrix.dtype \
+                and matrix.indices.dtype == matrix.indptr.dtype:
+            _T_MATVECS(matrix.shape[1], matrix.shape[0], dense.shape[1], matrix.indptr, matrix.indices, matrix.data,
+                       dense.reshape(-1), out.reshape(-1))
+        else:
+            out += matrix.T @ dense
 
 
 def _row_view(matrix, low: int, high: int):

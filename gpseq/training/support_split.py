@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpseq.training.row_blocks import RowBlocks, csr_on
+from gpseq.training.row_blocks import RowBlocks, Transposed, csr_on
 
 
 class SupportSplit:
@@ -66,8 +66,9 @@ class SupportSplit:
 
 
 class SplitRows:
-    """A chunk's rows X `[n, D]` (CSR) cut by a `SupportSplit`: the head columns as CSR and
-    transposed (`head`, `head_t`: row blocks for the threaded products), and the tail non-zeros as
+    """A chunk's rows X `[n, D]` (CSR) cut by a `SupportSplit`: the head columns as CSR (`head`, row
+    blocks for the threaded product X W; `head_t` its transpose on the same arrays for Xᵀ R, and
+    `head_squared_t` (X∘X)ᵀ's, sharing its indices), and the tail non-zeros as
     (tail weight, flat position row · V + label, value) triples; non-zeros of features off the
     support are dropped."""
 
@@ -84,11 +85,8 @@ class SplitRows:
         # indicator features (the presets): the head and its transpose share a view of X's ones
         data = rows.data[: int(keep.sum())] if ones else rows.data[keep]
         head = csr_on(data, column[keep].astype(index_dtype), indptr, (n, len(split.head_ids)))
-        head_t = head.T.tocsr()
-        if ones:
-            head_t.data = data
-        self.head, self.head_t = RowBlocks(head), RowBlocks(head_t)
-        self.head_squared_t = self.head_t if ones else RowBlocks(head.multiply(head).T.tocsr())
+        self.head, self.head_t = RowBlocks(head), Transposed(head)
+        self.head_squared_t = self.head_t if ones else Transposed(csr_on(data * data, head.indices, indptr, head.shape))
         on_head = int(np.count_nonzero(keep))
         position = split.tail_index[rows.indices]
         keep = position >= 0
@@ -100,17 +98,14 @@ class SplitRows:
         # featurizer's): X is the cut's to give back (`rows`), and its holder may let go of it
         self.whole = ones and on_head + int(np.count_nonzero(keep)) == rows.nnz and _columns_in_order(rows)
 
-    _MATRICES = ("head", "head_t", "head_squared_t")
-
     def arrays(self) -> dict:
         """The split's arrays by name (`from_arrays` restores it: a spilled chunk keeps them on disk)."""
         out = {"tail_weight": self.tail_weight, "tail_flat": self.tail_flat, "num_tail": np.array([self.num_tail])}
+        head = self.head.matrix
+        out.update(head_data=head.data, head_indices=head.indices, head_indptr=head.indptr,
+                   head_shape=np.array(head.shape))
         if self.tail_value is not None:
-            out["tail_value"] = self.tail_value
-        for name in self._MATRICES if self.tail_value is not None else self._MATRICES[:2]:
-            matrix = getattr(self, name).matrix
-            out.update({f"{name}_data": matrix.data, f"{name}_indices": matrix.indices,
-                        f"{name}_indptr": matrix.indptr, f"{name}_shape": np.array(matrix.shape)})
+            out.update(tail_value=self.tail_value, head_squared_data=self.head_squared_t.matrix.data)
         return out
 
     @classmethod
@@ -119,12 +114,11 @@ class SplitRows:
         rows.split, rows.num_tail = split, int(arrays["num_tail"][0])
         rows.tail_weight, rows.tail_flat = arrays["tail_weight"], arrays["tail_flat"]
         rows.tail_value = arrays.get("tail_value")
-        for name in cls._MATRICES:
-            if f"{name}_data" in arrays:
-                setattr(rows, name, RowBlocks(csr_on(*(arrays[f"{name}_{part}"] for part in
-                                                     ("data", "indices", "indptr", "shape")))))
-        if rows.tail_value is None:
-            rows.head_squared_t = rows.head_t
+        structure = [arrays[f"head_{part}"] for part in ("indices", "indptr", "shape")]
+        head = csr_on(arrays["head_data"], *structure)
+        rows.head, rows.head_t = RowBlocks(head), Transposed(head)
+        rows.head_squared_t = rows.head_t if rows.tail_value is None else \
+            Transposed(csr_on(arrays["head_squared_data"], *structure))
         return rows
 
     def rows(self):

@@ -123,6 +123,31 @@ def test_row_blocks_accumulate_without_scipys_kernel(monkeypatch):
         np.testing.assert_allclose(out, 1 + matrix @ dense, rtol=1e-6, err_msg=name)
 
 
+def test_transposed_accumulate_is_the_transposed_csr_product_to_the_bit(monkeypatch):
+    """`Transposed.accumulate` adds Aᵀ·dense from A's own arrays: bit for bit what the product by
+    Aᵀ's sorted CSR gives (each output row sums A's rows in the same order), into what `out`
+    held; without the kernel or with 64-bit indices SciPy's product is added instead."""
+    import gpseq.training.row_blocks as row_blocks
+
+    matrix = sp.random(300, 50, density=0.2, format="csr", random_state=2, dtype=np.float32)
+    rng = np.random.default_rng(2)
+    dense = rng.normal(size=(300, 9)).astype(np.float32)
+    start = rng.normal(size=(50, 9)).astype(np.float32)
+    out = start.copy()
+    row_blocks.Transposed(matrix).accumulate(dense, out)
+    reference = start.copy()
+    row_blocks.RowBlocks(matrix.T.tocsr()).accumulate(dense, reference)
+    np.testing.assert_array_equal(out, reference)
+    np.testing.assert_allclose(out, start + matrix.toarray().T @ dense, rtol=1e-5, atol=1e-5)
+    wide = matrix.copy()
+    wide.indices = wide.indices.astype(np.int64)
+    for name, kernel, rows in (("no kernel", None, matrix), ("64-bit indices", row_blocks._T_MATVECS, wide)):
+        monkeypatch.setattr(row_blocks, "_T_MATVECS", kernel)
+        out = start.copy()
+        row_blocks.Transposed(rows).accumulate(dense.astype(np.float64), out)
+        np.testing.assert_allclose(out, start + matrix.toarray().T @ dense, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_chunks_evaluated_two_at_a_time_give_the_serial_sums_exactly(monkeypatch):
     """`NumpyChainObjective` evaluates two chunks at once (`CHUNK_THREADS`) and adds their W parts
     in chunk order: the value, gradient and Fisher are bit for bit those of one chunk at a time
