@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from gpseq.errors import GpseqError
 
@@ -18,7 +18,8 @@ class Sentence:
     it (partial annotation), evaluation leaves its sentence out.
 
     `columns[t]` holds all fields of token t in file order (token and label columns included),
-    so feature extractors can use extra columns (e.g. the POS column of CoNLL-2000).
+    so feature extractors can use extra columns (e.g. the POS column of CoNLL-2000); a column
+    file's reader gives each token's as a tuple.
     `source` and `line` (1-based line of the first token) locate it for error messages.
     `spaces[t]` says whether whitespace follows token t, where the source tells (raw text); a
     spaCy Doc of the sentence uses it.
@@ -26,7 +27,7 @@ class Sentence:
 
     tokens: list[str]
     labels: list[str] | None = None
-    columns: list[list[str]] = field(default_factory=list)
+    columns: list[Sequence[str]] = field(default_factory=list)
     source: str | None = None
     line: int | None = None
     spaces: list[bool] | None = None

@@ -116,10 +116,10 @@ def test_docstart_comments_blank_lines_and_columns(tmp_path):
     sentences = read_conll(path, comment_prefix="#")
     assert [s.tokens for s in sentences] == [["The", "dog"], ["barks"], ["Hi"]]
     assert [s.labels for s in sentences] == [["B-NP", "I-NP"], ["B-VP"], ["O"]]
-    assert sentences[0].columns == [["The", "DT", "B-NP"], ["dog", "NN", "I-NP"]]
+    assert sentences[0].columns == [("The", "DT", "B-NP"), ("dog", "NN", "I-NP")]  # a tuple per token
     assert [s.line for s in sentences] == [4, 7, 9]
     # without comment handling the comment is a token line like any other: nothing is dropped
-    assert read_conll(path)[0].columns[0] == ["#", "a", "comment"]
+    assert read_conll(path)[0].columns[0] == ("#", "a", "comment")
     pos = read_conll(path, comment_prefix="#", label_column=1)
     assert pos[0].labels == ["DT", "NN"]
     unlabelled = read_conll(path, comment_prefix="#", label_column=None, docstart=False)
@@ -129,7 +129,7 @@ def test_docstart_comments_blank_lines_and_columns(tmp_path):
 def test_crlf_tabs_runs_of_separators_and_bom(tmp_path):
     path = _write(tmp_path, "\ufeffa\t\tX  B\r\nb \t Y\tI\r\n\r\n\u3000 Z O\r\n")
     sentences = read_conll(path)
-    assert [s.columns for s in sentences] == [[["a", "X", "B"], ["b", "Y", "I"]], [["\u3000", "Z", "O"]]]
+    assert [s.columns for s in sentences] == [[("a", "X", "B"), ("b", "Y", "I")], [("\u3000", "Z", "O")]]
 
 
 def test_streams_and_iterables(tmp_path):
@@ -229,14 +229,15 @@ def test_write_read_round_trip(tmp_path, case, separator, encoding):
     write_conll(path, sentences, encoding=encoding, separator=separator)
     back = read_conll(path, encoding=encoding, label_column=label_column)
     assert [(s.tokens, s.labels, s.columns) for s in back] == [
-        (s.tokens, s.labels, s.columns) for s in sentences
+        (s.tokens, s.labels, [tuple(row) for row in s.columns]) for s in sentences
     ]
     buffer = io.BytesIO()
     write_conll(buffer, sentences, encoding=encoding, separator=separator)
     assert buffer.getvalue() == path.read_bytes()
     text = io.StringIO()
     write_conll(text, sentences, separator=separator)
-    assert [s.columns for s in read_conll(io.StringIO(text.getvalue()), label_column=label_column)] == rows
+    back = read_conll(io.StringIO(text.getvalue()), label_column=label_column)
+    assert [s.columns for s in back] == [[tuple(row) for row in sentence] for sentence in rows]
 
 
 def test_writer_appends_labels_to_token_only_sentences(tmp_path):
