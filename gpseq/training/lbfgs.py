@@ -136,7 +136,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
                    armijo: float = 1e-4, l1: "np.ndarray | float | None" = None) -> LbfgsResult:
     """Minimise `fun(x) -> (f, ∇f)` (+ Σ l1_i |x_i| when `l1` is given: OWL-QN) from `x0` by
     L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term."""
-    x = np.array(x0, dtype=np.float64)
+    x = np.asarray(x0, dtype=np.float64)  # not written to: the iterates are new arrays
     penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
         np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
     halves = _Halves(x.size)

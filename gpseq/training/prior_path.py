@@ -121,13 +121,12 @@ def choose_prior(fit_at, rank, variances, strengths, pairwise=(1.0,), warm=None,
         warm, ended = visit((variances[0], l1, pairwise[0]), warm, "denser" if denser else "better")
         if ended:
             break
+    del warm  # the fits a walk does not choose are let go of as soon as they are ranked
     for variance in variances[1:]:
-        _, ended = visit((variance, choice.prior[1], pairwise[0]), choice.fit, "better")
-        if ended:
+        if visit((variance, choice.prior[1], pairwise[0]), choice.fit, "better")[1]:
             break
     for pair_variance in pairwise[1:]:  # V² weights, not a sparser or denser model: the lower NLL
-        _, ended = visit((*choice.prior[:2], pair_variance), choice.fit, "lower")
-        if ended:
+        if visit((*choice.prior[:2], pair_variance), choice.fit, "lower")[1]:
             break
     return choice, candidates
 
