@@ -82,7 +82,7 @@ class SplitRows:
         index_dtype = rows.indices.dtype
         indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of[keep], minlength=n))]).astype(index_dtype)
         ones = bool(np.all(rows.data == 1))
-        # indicator features (the presets): the head and its transpose share a view of X's ones
+        # indicator features (the presets): the head's values are a view of X's ones (`head_t` reads the same arrays)
         data = rows.data[: int(keep.sum())] if ones else rows.data[keep]
         head = csr_on(data, column[keep].astype(index_dtype), indptr, (n, len(split.head_ids)))
         self.head, self.head_t = RowBlocks(head), Transposed(head)
