@@ -19,11 +19,6 @@ memory-bound and runs between the objective's evaluations on one thread; from PA
 coordinates each step runs on the two halves of the coordinates at once, one on a worker thread
 (NumPy releases the GIL in its loops), each step's passes fused over its half, with one join per
 inner product. Sums of the halves' partial inner products differ from whole ones by rounding only.
-
-The stored pairs, the direction and the recursion's scratch are float32 (`DIRECTION_DTYPE`), the
-point, its gradient and the objective float64: the pairs are most of the fit's memory after the
-corpus (2 m vectors), a direction needs no more than float32's 7 digits (the line search and the
-next pair correct it), and the recursion's passes read half the bytes.
 """
 
 from __future__ import annotations
@@ -36,7 +31,6 @@ from typing import Callable
 import numpy as np
 
 PARALLEL_MIN = 1 << 17  # coordinates from which the vector work runs on two threads
-DIRECTION_DTYPE = np.float32  # the pairs', the direction's and the recursion's scratch (module docstring)
 _WORKER: list = []
 
 
@@ -71,11 +65,6 @@ class _Halves:
 
 def _dot(a, b) -> float:  # NumPy's BLAS: one pass over memory (the training runs it on one thread)
     return float(np.dot(a, b))
-
-
-def _largest(values) -> float:
-    """max |values| (0 for none), by two passes that allocate nothing."""
-    return max(float(np.max(values, initial=0.0)), -float(np.min(values, initial=0.0)))
 
 
 def _direction(v, pairs, halves: _Halves, q, scratch) -> None:
@@ -140,7 +129,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
         np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
     halves = _Halves(x.size)
-    d = np.empty(x.shape, DIRECTION_DTYPE)  # the direction; with `l1` the pseudo-gradient and the orthant too
+    d = np.empty_like(x)  # the direction; with `l1` the pseudo-gradient and the orthant (signs) too
     v = g_view = None
     if penalty is not None:
         v, orthant = np.empty_like(x), np.empty(x.shape, np.int8)
@@ -154,15 +143,15 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     pairs: deque = deque()
     nit = 0
     while nit < max_iterations:
-        scratch = np.empty(x.shape, DIRECTION_DTYPE)  # for this iteration's direction (freed before the evaluations)
+        scratch = np.empty_like(x)  # for this iteration's direction (freed before the evaluations)
         if penalty is None:
             g_view = g
-            largest = max(halves.run(lambda p: _largest(g[p])))
+            largest = max(halves.run(lambda p: float(np.max(np.abs(g[p], out=scratch[p]), initial=0.0))))
         else:
             def steepest(p):  # the pseudo-gradient, its largest |·| and the orthant the step stays in
                 pseudo_gradient(x[p], g[p], penalty[p], out=v[p])
                 orthant[p] = np.where(x[p] != 0.0, np.sign(x[p]), -np.sign(v[p]))
-                return _largest(v[p])
+                return float(np.max(np.abs(v[p], out=scratch[p]), initial=0.0))
 
             largest = max(halves.run(steepest))
             g_view = v
@@ -212,8 +201,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             message = "line search failed"
             break
         # the new pair, in the oldest pair's arrays once `memory` are stored
-        s, y = (pairs.popleft()[:2]) if len(pairs) == memory else \
-            (np.empty(x.shape, DIRECTION_DTYPE), np.empty(x.shape, DIRECTION_DTYPE))
+        s, y = (pairs.popleft()[:2]) if len(pairs) == memory else (np.empty_like(x), np.empty_like(x))
 
         def new_pair(p):
             np.subtract(x_new[p], x[p], out=s[p])
