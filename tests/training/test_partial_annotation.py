@@ -273,7 +273,7 @@ def _hide(sentences, share, seed):
     out = []
     for sentence in sentences:
         labels = [UNLABELLED if rng.random() < share else label for label in sentence.labels]
-        out.append(Sentence(sentence.tokens, labels, [row[:-1] + [label] for row, label in
+        out.append(Sentence(sentence.tokens, labels, [[*row[:-1], label] for row, label in
                                                       zip(sentence.columns, labels)], sentence.source, sentence.line))
     return out
 
