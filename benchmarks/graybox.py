@@ -72,7 +72,7 @@ REPORTED = ("chunk_f1", "token_nll", "token_accuracy", "train_s", "train_sentenc
 
 def relabelled(sentence: Sentence, labels: list[str]) -> Sentence:
     """The sentence with `labels` in its label column (the last)."""
-    columns = [row[:-1] + [label] for row, label in zip(sentence.columns, labels)]
+    columns = [[*row[:-1], label] for row, label in zip(sentence.columns, labels)]
     return Sentence(sentence.tokens, labels, columns, sentence.source, sentence.line)
 
 
