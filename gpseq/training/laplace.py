@@ -25,7 +25,6 @@ The default training around these fits (prior path, cross-fitting, calibration, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -52,23 +51,56 @@ class LaplaceReport:
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
 
 
-@dataclass
 class LaplaceFit:
-    """q(b, W, P) of a fit: means and diagonal variances; W on the `support` only (flat f·V + v)."""
+    """q(b, W, P) of a fit: means and diagonal variances; W on the `support` only (flat f·V + v).
 
-    num_features: int
-    bias: np.ndarray  # [V]
-    support: np.ndarray  # [P] flat f · V + v, sorted (`_pattern` and `on` rely on it)
-    weights: np.ndarray  # [P]
-    weight_variance: np.ndarray  # [P]
-    pairwise: np.ndarray  # [V, V]
-    pairwise_variance: np.ndarray  # [V, V]
-    report: LaplaceReport
-    prior_variance: np.ndarray | None = None  # [D] σ²_g of each feature's group: the posterior variance
-    # of every weight off the support (a (feature, label) pair no training token has, a feature no
-    # training token has); None: those weights are fixed at 0 (a starting point, not a posterior)
-    fisher: tuple | None = None  # the likelihood's Fisher diagonals (b [V], W on the support [P], P [V, V])
-    # at the means: a fit started from this one preconditions its L-BFGS with them (`fit_laplace`)
+    `prior_variance`: σ²_g of each feature's group `[D]` — or, with `feature_groups [D]`, one per
+    group, expanded when read — the posterior variance of every weight off the support (a (feature,
+    label) pair no training token has, a feature no training token has); None: those weights are
+    fixed at 0 (a starting point, not a posterior). `fisher`: the likelihood's Fisher diagonals
+    (b [V], W on the support [P], P [V, V]) at the means: a fit started from this one
+    preconditions its L-BFGS with them (`fit_laplace`). `weight_variance [P]` None: 1 / (1/σ²_g +
+    F_ii) from those two, computed when read — a fit holds its Fisher diagonal, not that too (the
+    prior walk keeps two or three fits alive at once)."""
+
+    def __init__(self, num_features: int, bias: np.ndarray, support: np.ndarray, weights: np.ndarray,
+                 weight_variance: np.ndarray | None, pairwise: np.ndarray, pairwise_variance: np.ndarray,
+                 report: LaplaceReport, prior_variance: np.ndarray | None = None, fisher: tuple | None = None,
+                 feature_groups: np.ndarray | None = None):
+        if weight_variance is None and (fisher is None or prior_variance is None):
+            raise ValueError("a fit without its weight variances needs its Fisher diagonal and prior variances")
+        self.num_features, self.bias, self.support, self.weights = num_features, bias, support, weights
+        self.pairwise, self.pairwise_variance, self.report, self.fisher = pairwise, pairwise_variance, report, fisher
+        self._weight_variance, self._prior_variance, self._feature_groups = \
+            weight_variance, prior_variance, feature_groups
+
+    @property
+    def prior_variance(self) -> np.ndarray | None:
+        """σ²_g of each feature's group `[D]` float64 (None: weights off the support fixed at 0)."""
+        if self._feature_groups is None or self._prior_variance is None:
+            return self._prior_variance
+        return self._prior_variance[self._feature_groups]
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether the weights off the support have their prior variance (else they are fixed at 0)."""
+        return self._prior_variance is not None
+
+    @property
+    def weight_variance(self) -> np.ndarray:
+        """q(W)'s variances on the support `[P]`."""
+        if self._weight_variance is not None:
+            return self._weight_variance
+        return 1.0 / (1.0 / self.prior_variance[self.support // self.num_labels] + self.fisher[1])
+
+    def feature_prior(self, feature: int) -> float:
+        """σ²_g of one feature's group (the prior variance must be known)."""
+        groups = self._feature_groups
+        return float(self._prior_variance[feature if groups is None else groups[feature]])
+
+    def release(self) -> None:
+        """Let go of the weights' arrays (a start a fit has read and nothing reads again: the refit's)."""
+        self.weights = self._weight_variance = self.fisher = None
 
     @property
     def num_labels(self) -> int:
@@ -96,16 +128,17 @@ class LaplaceFit:
         """q(W)'s variances `[D, V]` (`transform` applied to each), the prior variance σ²_g off the
         support: the weight-space GP's posterior for a weight no data constrained is its prior."""
         transform = transform or (lambda x: x)  # noqa: E731
-        if self.prior_variance is None:
+        prior = self.prior_variance
+        if prior is None:
             return self.dense(transform(self.weight_variance), fill=transform(STRUCTURAL_ZERO_VARIANCE), dtype=dtype)
-        out = np.repeat(transform(np.asarray(self.prior_variance, dtype=np.float64)).astype(dtype), self.num_labels)
+        out = np.repeat(transform(np.asarray(prior, dtype=np.float64)).astype(dtype), self.num_labels)
         out[self.support] = transform(self.weight_variance)
         return out.reshape(self.num_features, self.num_labels)
 
-    @cached_property
-    def _pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The support's CSR pattern over `[D, V]` (indptr `[D+1]`, label columns `[P]`) and which
-        features it has `[D]` (column 0 never): computed once per fit, used by every dev chunk."""
+        features it has `[D]` (column 0 never). Not kept by the fit (a walk's live fits would each
+        hold one): `held_out_parts` computes it once for all its dev parts."""
         V = self.num_labels
         feature = self.support // V
         indptr = np.zeros(self.num_features + 1, np.int64)
@@ -115,58 +148,58 @@ class LaplaceFit:
         seen[PAD_ID] = False
         return indptr, (self.support % V).astype(np.int32), seen
 
-    def on_support(self, values: np.ndarray):
+    def on_support(self, values: np.ndarray, pattern=None):
         """`values` on the support as a sparse `[D, V]` CSR matrix (0 elsewhere): products with it
         cost the support, not D · V, and allocate no dense `[D, V]` array."""
         import scipy.sparse as sp
 
-        indptr, columns, _ = self._pattern
+        indptr, columns, _ = pattern or self.pattern()
         return sp.csr_matrix((np.asarray(values, np.float64), columns, indptr),
                              shape=(self.num_features, self.num_labels))
 
-    def _mean(self, rows) -> np.ndarray:
+    def _mean(self, rows, pattern=None) -> np.ndarray:
         """b + X W of float64 CSR `rows [N, D]`, `[N, V]`."""
-        return (rows @ self.on_support(self.weights)).toarray() + self.bias
+        return (rows @ self.on_support(self.weights, pattern)).toarray() + self.bias
 
-    def _variance(self, squares) -> np.ndarray:
+    def _variance(self, squares, pattern=None) -> np.ndarray:
         """X² s of float64 CSR `squares [N, D]` (X∘X), s = `variance()`, `[N, V]`, from the support
         and the per-feature prior without the dense s."""
-        if self.prior_variance is None:
-            off = np.full(self.num_features, STRUCTURAL_ZERO_VARIANCE)
-        else:
-            off = np.asarray(self.prior_variance, np.float64)
+        prior = self.prior_variance
+        off = np.full(self.num_features, STRUCTURAL_ZERO_VARIANCE) if prior is None else np.asarray(prior, np.float64)
         delta = self.weight_variance - off[self.support // self.num_labels]
-        return (squares @ self.on_support(delta)).toarray() + (squares @ off)[:, None]
+        return (squares @ self.on_support(delta, pattern)).toarray() + (squares @ off)[:, None]
 
     def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each. A
         weight off the support keeps its prior variance (`variance`): a feature this fit never saw,
         and column 0 (the count of the features the vocabulary lacks, `gpseq.features.featurizer`),
         widen a token's potentials by their prior, as the weight-space GP's predictive does."""
-        rows = rows.astype(np.float64).tocsr()
-        return self._mean(rows), self._variance(rows.multiply(rows).tocsr())
+        rows, pattern = rows.astype(np.float64).tocsr(), self.pattern()
+        return self._mean(rows, pattern), self._variance(rows.multiply(rows).tocsr(), pattern)
 
-    def held_out(self, data: SequenceData, shared: bool = True) -> HeldOut:
+    def held_out(self, data: SequenceData, shared: bool = True, pattern=None) -> HeldOut:
         """The fit's predictive moments on labelled `data` as calibration's `HeldOut`, with the
         variance of each token's features this fit never saw apart in `unseen [N]` (the same for
         every label), so that calibration scales it by its own β: column 0 (the features the
         vocabulary lacks) and, for a fit on part of the vocabulary's data (a cross-fitting fold),
         the columns of features no token of its data had, which the saved model will only meet
         through column 0. Their k (x₀ = k and one per column for `shared` unseen weights, else x₀²
-        and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0."""
+        and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0.
+        `pattern`: `pattern()`, when the caller has it."""
+        pattern = pattern or self.pattern()
         rows = data.rows.astype(np.float64).tocsr()
-        mean = self._mean(rows)
+        mean = self._mean(rows, pattern)
         squares = rows.copy()
         squares.data = rows.data ** 2
-        if self.prior_variance is None:
-            return HeldOut(mean, self._variance(squares), self.pairwise, self.pairwise_variance, data.label_ids,
-                           data.offsets)
-        unseen = ~self._pattern[2][squares.indices]
+        if not self.has_prior:
+            return HeldOut(mean, self._variance(squares, pattern), self.pairwise, self.pairwise_variance,
+                           data.label_ids, data.offsets)
+        unseen = ~pattern[2][squares.indices]
         token = np.repeat(np.arange(squares.shape[0]), np.diff(squares.indptr))[unseen]
         count = np.bincount(token, weights=(rows.data if shared else squares.data)[unseen], minlength=squares.shape[0])
         squares.data[unseen] = 0.0
-        prior = float(self.prior_variance[PAD_ID])
-        return HeldOut(mean, self._variance(squares), self.pairwise, self.pairwise_variance, data.label_ids,
+        prior = self.feature_prior(PAD_ID)
+        return HeldOut(mean, self._variance(squares, pattern), self.pairwise, self.pairwise_variance, data.label_ids,
                        data.offsets, (count ** 2 if shared else count) * prior)
 
 
@@ -184,13 +217,15 @@ def fit_laplace(
     refit_iterations: int = 40,
     tolerance: float = 1e-7,
     start: "LaplaceFit | None" = None,
+    release_start: bool = False,
     callback: Callable[[int, int, float], None] | None = None,
 ) -> LaplaceFit:
     """MAP + diagonal Laplace (+ `evidence_rounds` evidence updates of the per-group prior
     variances) of the weight-space linear chain on the corpus of `objective`
     (`gpseq.training.chain_objective`), warm-started from `start` (a fit on the same support, or
     on a support it contains: a refit on more data). Only the support's (feature, label) pairs are
-    free weights.
+    free weights. `release_start`: `start`'s arrays are let go of once read (`LaplaceFit.release`),
+    for a start nothing reads again.
 
     `groups [D]` gives each feature column's template group (index into `group_names`); the
     label biases and the pairwise potentials are groups of their own. `callback(round, iteration,
@@ -222,6 +257,8 @@ def fit_laplace(
         theta = np.concatenate([start.bias, on_support(start.weights), start.pairwise.ravel()]).astype(np.float64)
         if start.fisher is not None:
             fisher = (start.fisher[0], on_support(start.fisher[1]), start.fisher[2])
+        if release_start:
+            start.release()
 
     for round_ in range(evidence_rounds + 1):
         precision_w = (1.0 / group_var)[pair_group]  # [P]
@@ -266,12 +303,12 @@ def fit_laplace(
         report.objective_per_token.append(float(result.fun) / tokens)
         b, w, p = unpack(theta)
         f_b, f_w, f_p = objective.fisher(b, w, p)
-        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w)  # [P]
         s_b = 1.0 / (1.0 / bias_var + f_b)
         s_p = 1.0 / (1.0 / pair_var + f_p)
         fisher = (f_b, f_w, f_p)
         if round_ == evidence_rounds:
             break
+        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w)  # [P]
         # MacKay's fixed point: γ_g = Σ_{i∈g} (1 − s_i/σ²_g) well-determined weights, σ²_g = Σ θ_i² / γ_g
         gamma = np.bincount(pair_group, weights=1.0 - s_w * precision_w, minlength=n_groups)
         squares = np.bincount(pair_group, weights=w**2, minlength=n_groups)
@@ -284,8 +321,9 @@ def fit_laplace(
     report.prior_variances["<bias>"] = bias_var
     report.free_weights = int(len(support))
     report.nonzero_weights = int(np.count_nonzero(w))
-    return LaplaceFit(D, b.copy(), support, w.copy(), s_w, p.copy(), s_p, report,
-                      prior_variance=group_var[np.asarray(groups, dtype=np.int64)], fisher=fisher)
+    # the weights' variances are read off the Fisher diagonal and the group priors (`LaplaceFit`)
+    return LaplaceFit(D, b.copy(), support, w.copy(), None, p.copy(), s_p, report, prior_variance=group_var,
+                      feature_groups=np.asarray(groups), fisher=fisher)
 
 
 def _scaled(fun, scale):
@@ -321,7 +359,8 @@ def held_out_parts(fit: LaplaceFit, dev: SequenceData, shared: bool = True) -> l
     `fit_calibration_parts`'s parts."""
     from gpseq.training.chain_objective import CHUNK_TOKENS, chunk_bounds
 
-    return [fit.held_out(dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high)), shared)
+    pattern = fit.pattern()
+    return [fit.held_out(dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high)), shared, pattern)
             for low, high in chunk_bounds(dev.offsets, CHUNK_TOKENS)]
 
 
@@ -344,9 +383,9 @@ def model_state(fit: LaplaceFit, *, prior_variance: float, alpha: float, tempera
     # the [D, V] arrays made in `dtype` at once (values computed in float64 on the support): on a
     # large corpus a float64 copy of each would be the training's peak
     q_variance = fit.variance(_softplus_inverse, dtype=cast)
-    if unseen_scale is not None and fit.prior_variance is not None:
+    if unseen_scale is not None and fit.has_prior:
         # column 0's variance times β / α: the predictive's α x₀² s₀ is then β x₀² σ² (`calibration`)
-        q_variance[PAD_ID] = _softplus_inverse(fit.prior_variance[PAD_ID] * unseen_scale / alpha)
+        q_variance[PAD_ID] = _softplus_inverse(fit.feature_prior(PAD_ID) * unseen_scale / alpha)
     arrays = {
         "var:label_bias": fit.bias,
         "var:pairwise_mean": fit.pairwise,

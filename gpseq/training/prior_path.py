@@ -233,11 +233,12 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         for callback in callbacks or []:
             callback(Progress(done[0], total, round_, objective, elapsed_s=time.perf_counter() - start))
 
-    def fit(objective, prior, iterations, warm, evidence_rounds=0):
+    def fit(objective, prior, iterations, warm, evidence_rounds=0, release=False):
         prior_variance, l1, pairwise_variance = prior
         return fit_laplace(objective, groups, names, prior_variance=prior_variance, l1=l1,
                            pairwise_prior_variance=pairwise_variance, evidence_rounds=evidence_rounds,
-                           max_iterations=iterations, refit_iterations=step, callback=progress, start=warm)
+                           max_iterations=iterations, refit_iterations=step, callback=progress, start=warm,
+                           release_start=release)
 
     iterations: list[int] = []
 
@@ -297,12 +298,14 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         # saw 1 − 1/k of these sentences), or along the walk from `init` when one is given
         final = NumpyChainObjective(combined, num_labels, dtype=config.dtype)
         if init is None:
-            chosen = fit(final, prior, refit, average_fit(fold_fits))
+            average = average_fit(fold_fits)
+            del fold_fits
+            chosen = fit(final, prior, refit, average, release=True)
             iterations.extend(chosen.report.iterations)
         else:
+            del fold_fits
             walked = list(candidates)
             chosen = run_path(final, walked[: walked.index(prior) + 1], init)
-        del fold_fits
         final.close()
         report = chosen.report
         scores.update(cross_fit_folds=len(folds), refit_sentences=len(combined))
@@ -333,7 +336,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
             total += refit
             if (trainable_dev.label_ids >= 0).any():  # its chunks and the dev split's
                 objective = objective.extended(trainable_dev)
-            chosen = fit(objective, prior, refit, chosen)
+            chosen = fit(objective, prior, refit, chosen, release=True)  # the walk's fit is not read again
             iterations.extend(chosen.report.iterations)
             scores["refit_sentences"] = len(data) + len(trainable_dev)
         objective.close()
