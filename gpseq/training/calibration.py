@@ -74,7 +74,7 @@ def brent_minimize(f, low: float, high: float, xatol: float) -> tuple[float, flo
     inside the bracket and shrinks it fast enough, a golden-section step otherwise. On the smooth
     dev NLL of log T it takes fewer evaluations (each a forward–backward over the held-out tokens)
     than golden section alone. SciPy's `minimize_scalar(method="bounded")` is the same method, but
-    importing `scipy.optimize` is slow (it is imported below only where α pays)."""
+    importing `scipy.optimize` is slow and costs memory."""
     ratio = 0.5 * (3.0 - np.sqrt(5.0))  # the golden section's smaller share, 0.382
     a, b = float(low), float(high)
     x = w = v = a + ratio * (b - a)
@@ -122,6 +122,65 @@ def brent_minimize(f, low: float, high: float, xatol: float) -> tuple[float, flo
                 v, fv = u, fu
 
 
+def minimize_box(fun, x0, bounds, *, max_iterations: int = 50, eps: float = 1e-6, gtol: float = 1e-7,
+                 ftol: float = 2.2e-9) -> tuple[float, np.ndarray]:
+    """(f(x), x) at a minimum of a smooth `fun` of a few variables within `bounds` ((low, high) per
+    variable; low = high holds it) by projected BFGS (Nocedal & Wright 2006, §6.1 and §16.7) on
+    forward-difference gradients (step `eps`, backwards at an upper bound): the dense inverse
+    Hessian (n is 2 or 3 here), the first step 1/‖g‖ along −g, Armijo backtracking along the
+    projected path, a variable at a bound whose gradient points outwards held for the step.
+    Stops as SciPy's L-BFGS-B (which would do, but importing `scipy.optimize` costs a training
+    tens of MB and a tenth of a second): max |free gradient| ≤ `gtol`, or a relative decrease ≤ `ftol`."""
+    low, high = (np.array([bound[i] for bound in bounds], dtype=np.float64) for i in (0, 1))
+    x = np.clip(np.asarray(x0, dtype=np.float64), low, high)
+    movable = np.flatnonzero(high > low)
+
+    def gradient(x, f):
+        g = np.zeros_like(x)
+        for i in movable:
+            h = eps if x[i] + eps <= high[i] else -eps
+            shifted = x.copy()
+            shifted[i] += h
+            g[i] = (fun(shifted) - f) / h
+        return g
+
+    f = fun(x)
+    g = gradient(x, f)
+    inverse = None  # the inverse Hessian estimate, after the first step
+    for _ in range(max_iterations):
+        free = (high > low) & ~((x <= low) & (g > 0)) & ~((x >= high) & (g < 0))
+        if not free.any() or np.max(np.abs(g[free])) <= gtol:
+            break
+        d = np.zeros_like(x)
+        if inverse is not None:
+            d[free] = -inverse[np.ix_(free, free)] @ g[free]
+        if inverse is None or g @ d >= 0.0:  # the first step, or not a descent direction: steepest descent
+            d[free] = -g[free] / max(np.linalg.norm(g[free]), 1e-12)
+        step = 1.0
+        for _ in range(30):
+            x_new = np.clip(x + step * d, low, high)
+            f_new = fun(x_new)
+            if f_new <= f + 1e-4 * (g @ (x_new - x)):
+                break
+            step *= 0.5
+        else:
+            break
+        g_new = gradient(x_new, f_new)
+        s, y = x_new - x, g_new - g
+        sy = s @ y
+        if sy > 1e-10 * np.linalg.norm(s) * np.linalg.norm(y):
+            if inverse is None:
+                inverse = np.eye(len(x)) * sy / (y @ y)
+            rho = 1.0 / sy
+            left = np.eye(len(x)) - rho * np.outer(s, y)
+            inverse = left @ inverse @ left.T + rho * np.outer(s, s)
+        decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
+        x, f, g = x_new, f_new, g_new
+        if decrease <= ftol:
+            break
+    return float(f), x
+
+
 def fit_calibration(mean: np.ndarray, variance: np.ndarray, pair_mean: np.ndarray, pair_variance: np.ndarray,
                     labels: np.ndarray, offsets: np.ndarray, **options) -> dict[str, float]:
     """Fit α and T by the token NLL of held-out sentences (`offsets [B+1]` into their tokens;
@@ -145,7 +204,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     (Brent's bounded scalar search on log T); then, with `variance_scale`, α at each larger value
     of `ALPHA_GRID` (and with β: β alone at each, and both at the middle one), each with a coarse T
     search; only when one of them is better (by more
-    than `ALPHA_MARGIN`) are the scales and T refined jointly by L-BFGS-B from it. The NLL is flat
+    than `ALPHA_MARGIN`) are the scales and T refined jointly by `minimize_box` from it. The NLL is flat
     in a scale where its variance is ≪ 1, so a scale at the low end means that part of the
     posterior variance does not help on these tokens.
     `variance_scale=False`: T alone (the scales stay `start[0]`), e.g. to rank candidate fits cheaply.
@@ -210,7 +269,7 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
     if temperature is None:
         value, x = best_temperature(first, bounds[1], 0.002)
         window = (max(bounds[1][0], x[1] - 0.7), min(bounds[1][1], x[1] + 0.3))  # a scale > 0 shrinks: T ≤ the first
-    else:  # a window and bounds of one point: Brent returns it, L-BFGS-B keeps it
+    else:  # a window and bounds of one point: Brent returns it, `minimize_box` holds it
         x = np.array([first[0], np.log(temperature), *first[1:]])
         value, window = objective(x), (x[1], x[1])
         bounds = (bounds[0], window)
@@ -221,13 +280,10 @@ def fit_calibration_parts(parts, *, bounds=((-12.0, 3.0), (-2.0, 2.0)), start=(1
                  if unseen and larger else [(a,) for a in larger])
         probes = [best_temperature(pair, window, 0.03) for pair in pairs]
         if probes and min(probes, key=lambda p: p[0])[0] < value - ALPHA_MARGIN:
-            from scipy.optimize import minimize  # (slow to import: only where a scale pays)
-
             x0 = min(probes, key=lambda p: p[0])[1]
-            result = minimize(objective, x0, method="L-BFGS-B", bounds=list(bounds) + ([bounds[0]] if unseen else []),
-                              options={"maxiter": 50, "eps": 1e-6})
-            if result.fun < value - ALPHA_MARGIN:
-                value, x = float(result.fun), result.x
+            refined, at = minimize_box(objective, x0, list(bounds) + ([bounds[0]] if unseen else []))
+            if refined < value - ALPHA_MARGIN:
+                value, x = refined, at
     alpha, beta, temperature = scales(x)
     fitted = {"variance_scale": float(alpha), "temperature": float(temperature),
               "dev_token_nll_uncalibrated": float(before), "dev_token_nll": float(token_nll(x))}
