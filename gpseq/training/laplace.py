@@ -295,7 +295,7 @@ def fit_laplace(
             penalty = None if penalty is None else penalty * scale
         result = minimize_lbfgs(fun if scale is None else _scaled(fun, scale), theta,
                                 max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6, callback=step_done,
-                                l1=penalty)
+                                l1=penalty, overwrite_x0=True)  # theta is this fit's own (made above)
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
         theta = result.x if scale is None else result.x * scale

@@ -122,10 +122,15 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray, out: np.nda
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
                    max_iterations: int = 100, memory: int = 6, ftol: float = 1e-7, gtol: float = 1e-6,
                    callback: Callable[[np.ndarray], None] | None = None, max_backtracks: int = 30,
-                   armijo: float = 1e-4, l1: "np.ndarray | float | None" = None) -> LbfgsResult:
+                   armijo: float = 1e-4, l1: "np.ndarray | float | None" = None,
+                   overwrite_x0: bool = False) -> LbfgsResult:
     """Minimise `fun(x) -> (f, ∇f)` (+ Σ l1_i |x_i| when `l1` is given: OWL-QN) from `x0` by
-    L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term."""
-    x = np.asarray(x0, dtype=np.float64)  # not written to: the iterates are new arrays
+    L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term.
+    The iterates live in two arrays, the current point and the trial point, swapped at each
+    accepted step (`fun` and `callback` must not keep the array they are given); with
+    `overwrite_x0` (float64 `x0`) one of them is `x0`'s, which its caller then no longer reads."""
+    x = np.asarray(x0, dtype=np.float64) if overwrite_x0 else np.array(x0, dtype=np.float64)
+    del x0  # (with `overwrite_x0`, `x` is the caller's array: reading it after the first step reads a trial point)
     penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
         np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
     halves = _Halves(x.size)
@@ -142,6 +147,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     nfev, message = 1, "iteration limit"
     pairs: deque = deque()
     nit = 0
+    x_new = None
     while nit < max_iterations:
         scratch = np.empty_like(x)  # for this iteration's direction (freed before the evaluations)
         if penalty is None:
@@ -172,8 +178,9 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             halves.run(lambda p: np.negative(g_view[p], out=d[p]))
             slope = -halves.sum(lambda p: _dot(g_view[p], g_view[p]))
         step = 1.0 if pairs else 1.0 / max(np.sqrt(-slope), 1e-12)
-        for _ in range(max_backtracks):
+        if x_new is None:
             x_new = np.empty_like(x)
+        for _ in range(max_backtracks):
 
             def trial(p):  # x + step · d (projected on the orthant), and its decrease bound vᵀ(x_new − x)
                 np.multiply(d[p], step, out=x_new[p])
@@ -212,7 +219,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
         if sy > 1e-10 * np.sqrt(ss * yy):
             pairs.append((s, y, 1.0 / sy, sy / yy))
         decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
-        x, f, g = x_new, f_new, g_new
+        x, x_new, f, g = x_new, x, f_new, g_new  # the old point's array holds the next trial
         nit += 1
         if callback is not None:
             callback(x)

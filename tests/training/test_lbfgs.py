@@ -32,8 +32,13 @@ def test_lbfgs_reaches_the_minimiser_of_an_ill_conditioned_quadratic_and_of_rose
         f = 100.0 * (x[1] - x[0] ** 2) ** 2 + (1.0 - x[0]) ** 2
         return f, np.array([-400.0 * x[0] * (x[1] - x[0] ** 2) - 2.0 * (1.0 - x[0]), 200.0 * (x[1] - x[0] ** 2)])
 
-    result = minimize_lbfgs(rosenbrock, np.array([-1.2, 1.0]), max_iterations=500, ftol=0.0, gtol=1e-10)
+    start = np.array([-1.2, 1.0])
+    result = minimize_lbfgs(rosenbrock, start, max_iterations=500, ftol=0.0, gtol=1e-10)
     np.testing.assert_allclose(result.x, [1.0, 1.0], atol=1e-6)
+    assert start.tolist() == [-1.2, 1.0]  # not written to
+    # started in the caller's array (`overwrite_x0`): the same iterates, to the bit
+    again = minimize_lbfgs(rosenbrock, start.copy(), max_iterations=500, ftol=0.0, gtol=1e-10, overwrite_x0=True)
+    assert again.x.tolist() == result.x.tolist() and (again.nit, again.nfev) == (result.nit, result.nfev)
 
 
 def test_owlqn_matches_soft_thresholding_and_a_bound_constrained_split_formulation(halves):
