@@ -28,7 +28,7 @@ from gpseq.corpora.schemes import (
     split_label,
 )
 from gpseq.corpora.splits import kfold_indices, train_dev_split
-from gpseq.corpora.types import UNLABELLED, Sentence
+from gpseq.corpora.types import UNLABELLED, Sentence, TokenRows
 
 __all__ = [
     "CorpusFile",
@@ -36,6 +36,7 @@ __all__ = [
     "ReadOptions",
     "SCHEMES",
     "Sentence",
+    "TokenRows",
     "UNLABELLED",
     "convert_tags",
     "corpora_root",

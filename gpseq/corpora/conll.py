@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpseq.corpora._atomic import atomic_target
 from gpseq.corpora.lines import Source, numbered_lines, source_name
-from gpseq.corpora.types import Sentence
+from gpseq.corpora.types import Sentence, TokenRows
 from gpseq.errors import InputFormatError
 
 DOCSTART = "-DOCSTART-"
@@ -54,16 +54,17 @@ def iter_conll(
     if n_columns is not None and n_columns < 1:
         raise ValueError("n_columns must be >= 1")
     with numbered_lines(source, encoding, name) as (name, lines):
-        rows: list[list[str]] = []
+        rows: list[tuple[str, ...]] = []
         first_line = 0
         expected = n_columns
         expected_from: int | None = None
         token_index = label_index = 0
 
         def sentence() -> Sentence:
-            tokens = [row[token_index] for row in rows]
-            labels = None if label_column is None else [row[label_index] for row in rows]
-            return Sentence(tokens, labels, rows, source=name, line=first_line)
+            columns = TokenRows.from_rows(rows)
+            tokens = list(columns.column(token_index))
+            labels = None if label_column is None else list(columns.column(label_index))
+            return Sentence(tokens, labels, columns, source=name, line=first_line)
 
         def resolve(index: int, what: str, count: int, number: int) -> int:
             resolved = index + count if index < 0 else index
@@ -104,7 +105,7 @@ def iter_conll(
                 )
             if not rows:
                 first_line = number
-            rows.append(tuple(map(sys.intern, fields)))  # one object per distinct string, a tuple per token (a list costs a third more)
+            rows.append(tuple(map(sys.intern, fields)))  # one object per distinct string
         if rows:
             yield sentence()
 

@@ -14,6 +14,7 @@ from itertools import chain, repeat
 import numpy as np
 
 from gpseq.corpora.text import blank_nlp
+from gpseq.corpora.types import TokenRows
 from gpseq.errors import ConfigError, InputFormatError
 from gpseq.features.config import FeatureConfig
 from gpseq.features.lexical import LEXICAL_ATTRIBUTES, is_lexical, text_function
@@ -189,10 +190,9 @@ class TokenValues:
                 if len(s.columns) != len(s.tokens):
                     raise InputFormatError(s.source or "<sentences>", s.line,
                                            f"{len(s.tokens)} tokens but {len(s.columns)} column rows")
-            rows = list(chain.from_iterable(s.columns for s in sentences))
             for source in column_sources:
                 try:
-                    strings = [row[source] for row in rows]
+                    strings = list(chain.from_iterable(_column(s.columns, source) for s in sentences))
                 except IndexError:
                     raise missing_column(sentences, source) from None
                 values[source] = self.spaces[source].ids(strings)
@@ -247,6 +247,13 @@ def token_strings(tokens: list, attribute: str) -> list[str]:
         name = attribute[2:]
         return [str(t._.get(name)) for t in tokens]
     return [str(getattr(t, attribute)) for t in tokens]
+
+
+def _column(rows, index: int):
+    """Field `index` of every row of a sentence's `columns` (IndexError where a row lacks it)."""
+    if isinstance(rows, TokenRows):
+        return rows.column(index)
+    return [row[index] for row in rows]
 
 
 def missing_column(sentences: list, column: int) -> InputFormatError:

@@ -108,6 +108,28 @@ def _write(tmp_path, text: str | bytes, name="data.txt"):
     return path
 
 
+def test_token_rows_read_as_the_list_of_row_tuples_they_store():
+    """`TokenRows` (a column file's `Sentence.columns`, stored column by column) reads as the list
+    of one tuple per token it was made from: indexing (negative too), slices, iteration, length,
+    equality both ways, its columns; rows of unequal length are refused."""
+    from gpseq.corpora import TokenRows
+
+    rows = [("The", "DT", "B-NP"), ("dog", "NN", "I-NP"), ("barks", "VBZ", "B-VP")]
+    stored = TokenRows.from_rows(rows)
+    assert len(stored) == 3 and stored.width == 3
+    assert [stored[t] for t in range(-3, 3)] == rows[-3:] + rows
+    assert stored[1:] == rows[1:] and stored[::2] == rows[::2] and list(stored) == rows
+    assert stored == rows and rows == stored and stored != rows[:2] and stored != [list(r) for r in rows[::-1]]
+    assert stored.column(1) == ("DT", "NN", "VBZ")
+    with pytest.raises(IndexError):
+        stored[3]
+    with pytest.raises(IndexError):
+        stored.column(3)
+    with pytest.raises(ValueError, match="differ in length"):
+        TokenRows.from_rows([("a", "b"), ("c",)])
+    assert len(TokenRows.from_rows([])) == 0 and list(TokenRows.from_rows([])) == []
+
+
 def test_docstart_comments_blank_lines_and_columns(tmp_path):
     path = _write(
         tmp_path,
