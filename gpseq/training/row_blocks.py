@@ -57,17 +57,8 @@ class RowBlocks:
         [D, V], which the allocator would otherwise map and page-fault in afresh at each call).
         `out`: C-contiguous, [rows, k]."""
         dense = np.ascontiguousarray(dense, out.dtype)
-        fast = _MATVECS is not None and out.flags.c_contiguous and out.dtype == self.dtype
-
-        def run(block):
-            low, high, rows = block
-            if fast and rows.indices.dtype == rows.indptr.dtype:
-                _MATVECS(high - low, rows.shape[1], dense.shape[1], rows.indptr, rows.indices, rows.data,
-                         dense.reshape(-1), out[low:high].reshape(-1))
-            else:
-                out[low:high] += rows @ dense
-
-        self._map(run)
+        self._map(lambda block: _accumulate(_MATVECS, block[2], block[2].shape, dense, out[block[0]:block[1]],
+                                            lambda: block[2] @ dense))
 
     def _map(self, run) -> None:
         if len(self.blocks) == 1:
@@ -88,12 +79,19 @@ class Transposed:
         """out += Aᵀ @ dense, in place. `out`: C-contiguous, [D, k]."""
         matrix = self.matrix
         dense = np.ascontiguousarray(dense, out.dtype)
-        if _T_MATVECS is not None and out.flags.c_contiguous and out.dtype == matrix.dtype \
-                and matrix.indices.dtype == matrix.indptr.dtype:
-            _T_MATVECS(matrix.shape[1], matrix.shape[0], dense.shape[1], matrix.indptr, matrix.indices, matrix.data,
-                       dense.reshape(-1), out.reshape(-1))
-        else:
-            out += matrix.T @ dense
+        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: matrix.T @ dense)
+
+
+def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, product) -> None:
+    """out += the `shape`d product of CSR `matrix`'s arrays (CSR as given, `csr_matvecs`; or read as
+    the CSC of its transpose, `csc_matvecs`) with C-contiguous `dense` of out's dtype: by SciPy's
+    `kernel` in place where it takes these arrays, else by adding `product()`."""
+    if kernel is not None and out.flags.c_contiguous and out.dtype == matrix.dtype \
+            and matrix.indices.dtype == matrix.indptr.dtype:
+        kernel(shape[0], shape[1], dense.shape[1], matrix.indptr, matrix.indices, matrix.data,
+               dense.reshape(-1), out.reshape(-1))
+    else:
+        out += product()
 
 
 def _row_view(matrix, low: int, high: int):
