@@ -90,7 +90,8 @@ class TimeMajor:
         (times exp(P − shift): the summed pair marginals ξ), else None. Sums over labels are
         products with a vector of ones (BLAS), faster than NumPy's reductions along a short axis."""
         shift = _row_max(unary)
-        emit = np.exp(unary - shift)
+        emit = np.subtract(unary, shift)
+        np.exp(emit, out=emit)
         p_max = pairwise.max((-2, -1), keepdims=True)
         trans = np.exp(pairwise - p_max)
         trans_t = np.ascontiguousarray(np.swapaxes(trans, -1, -2))
@@ -128,7 +129,7 @@ class TimeMajor:
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`."""
         alpha, beta, log_scale, p_max, trans, pair_sum = self._recursions(unary, pairwise, pairs)
-        marg = alpha * beta
+        marg = np.multiply(alpha, beta, out=alpha)  # in α's array: one token-by-label array fewer per chunk
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
         log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
         if pairs:

@@ -254,14 +254,15 @@ def fit_laplace(
     if start is None:
         theta = np.zeros(sum(sizes))
     else:
-        theta = np.concatenate([start.bias, on_support(start.weights), start.pairwise.ravel()]).astype(np.float64)
+        theta = np.concatenate([start.bias, on_support(start.weights), start.pairwise.ravel()], dtype=np.float64)
         if start.fisher is not None:
             fisher = (start.fisher[0], on_support(start.fisher[1]), start.fisher[2])
         if release_start:
             start.release()
 
     for round_ in range(evidence_rounds + 1):
-        precision_w = (1.0 / group_var)[pair_group]  # [P]
+        inverse = 1.0 / group_var  # one σ² for every group (the default): a scalar precision, not [P]
+        precision_w = inverse[0] if inverse.size and np.all(inverse == inverse[0]) else inverse[pair_group]
 
         def fun(theta):
             b, w, p = unpack(theta)
