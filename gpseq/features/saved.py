@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-from gpseq.corpora._atomic import write_bytes_atomic
+from gpseq.corpora._atomic import atomic_target, write_bytes_atomic
 from gpseq.errors import ModelFormatError
 from gpseq.features.config import MAX_FEATURES
 from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
@@ -31,12 +32,17 @@ def write_featurizer(directory: str | Path, data: dict, arrays: dict[str, np.nda
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     data = dict(data)
-    if arrays is not None:
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        payload = buffer.getvalue()
-        data["vocabulary_sha256"] = hashlib.sha256(payload).hexdigest()
-        write_bytes_atomic(directory / VOCABULARY_FILE, payload)
+    if arrays is not None:  # written to its file, then hashed from it: no copy of it in memory
+        digest = hashlib.sha256()
+        with atomic_target(directory / VOCABULARY_FILE) as temp:
+            with open(temp, "wb") as handle:
+                np.savez(handle, **arrays)
+                handle.flush()
+                os.fsync(handle.fileno())
+            with open(temp, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+        data["vocabulary_sha256"] = digest.hexdigest()
     write_bytes_atomic(directory / META_FILE, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
 

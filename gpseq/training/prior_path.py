@@ -262,7 +262,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
     if has_dev:
         # sentences of dev with a label train never saw cannot be trained on (unlabelled tokens can)
         clean = np.add.reduceat((dev_data.label_ids == UNKNOWN_LABEL_ID).astype(np.int64), dev_data.offsets[:-1]) == 0
-        trainable_dev = dev_data.subset(np.flatnonzero(clean))
+        trainable_dev = dev_data if clean.all() else dev_data.subset(np.flatnonzero(clean))  # no copy if all clean
     crossfit = cross_fitting(tcfg, data, trainable_dev)
     scores: dict = {"method": "laplace"}
     if crossfit:
