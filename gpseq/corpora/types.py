@@ -59,7 +59,7 @@ class TokenRows(SequenceABC):
             return NotImplemented
         return len(self) == len(other) and all(tuple(a) == tuple(b) for a, b in zip(self, other))
 
-    __hash__ = None  # mutable-sequence semantics: equal to lists
+    __hash__ = None  # equal to lists, which have no hash
 
     def __repr__(self) -> str:
         return f"TokenRows({list(self)!r})"
