@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpseq.corpora import sha256_file
 from gpseq.corpora._atomic import atomic_target, write_bytes_atomic
 from gpseq.errors import ModelFormatError
 from gpseq.features.config import MAX_FEATURES
@@ -33,16 +34,12 @@ def write_featurizer(directory: str | Path, data: dict, arrays: dict[str, np.nda
     directory.mkdir(parents=True, exist_ok=True)
     data = dict(data)
     if arrays is not None:  # written to its file, then hashed from it: no copy of it in memory
-        digest = hashlib.sha256()
         with atomic_target(directory / VOCABULARY_FILE) as temp:
             with open(temp, "wb") as handle:
                 np.savez(handle, **arrays)
                 handle.flush()
                 os.fsync(handle.fileno())
-            with open(temp, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-        data["vocabulary_sha256"] = digest.hexdigest()
+            data["vocabulary_sha256"] = sha256_file(temp)
     write_bytes_atomic(directory / META_FILE, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
 

@@ -25,7 +25,7 @@ The default training around these fits (prior path, cross-fitting, calibration, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -51,17 +51,24 @@ class LaplaceReport:
 STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pairs never seen)
 
 
+class PredictiveParts(NamedTuple):
+    """What a fit's predictive moments of rows X read (`LaplaceFit.moments`)."""
+
+    weights: object  # W on the support, CSR [D, V]
+    delta: object  # q(W)'s variance minus `off` on the support, CSR [D, V]
+    off: np.ndarray  # [D] each feature's weight variance off the support (its prior, or a structural zero)
+    seen: np.ndarray  # [D] bool: the features the support has (column 0 never)
+
+
 class LaplaceFit:
     """q(b, W, P) of a fit: means and diagonal variances; W on the `support` only (flat f·V + v).
 
-    `prior_variance`: σ²_g of each feature's group `[D]` — or, with `feature_groups [D]`, one per
-    group, expanded when read — the posterior variance of every weight off the support (a (feature,
-    label) pair no training token has, a feature no training token has); None: those weights are
-    fixed at 0 (a starting point, not a posterior). `fisher`: the likelihood's Fisher diagonals
-    (b [V], W on the support [P], P [V, V]) at the means: a fit started from this one
-    preconditions its L-BFGS with them (`fit_laplace`). `weight_variance [P]` None: 1 / (1/σ²_g +
-    F_ii) from those two, computed when read — a fit holds its Fisher diagonal, not that too (the
-    prior walk keeps two or three fits alive at once)."""
+    `prior_variance`: σ²_g of each feature's group `[D]` (with `feature_groups [D]`: one per group),
+    the posterior variance of every weight off the support (a pair or feature no training token
+    has); None: those are fixed at 0 (a starting point). `fisher`: the likelihood's Fisher diagonals
+    (b [V], W on the support [P], P [V, V]) at the means, which a fit started from this one
+    preconditions with. `weight_variance` None: 1 / (1/σ²_g + F_ii), computed when read (a prior
+    walk keeps two or three fits alive: each holds F, not that too)."""
 
     def __init__(self, num_features: int, bias: np.ndarray, support: np.ndarray, weights: np.ndarray,
                  weight_variance: np.ndarray | None, pairwise: np.ndarray, pairwise_variance: np.ndarray,
@@ -135,49 +142,41 @@ class LaplaceFit:
         out[self.support] = transform(self.weight_variance)
         return out.reshape(self.num_features, self.num_labels)
 
-    def pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The support's CSR pattern over `[D, V]` (indptr `[D+1]`, label columns `[P]`) and which
-        features it has `[D]` (column 0 never). Not kept by the fit (a walk's live fits would each
-        hold one): `held_out_parts` computes it once for all its dev parts."""
-        V = self.num_labels
-        feature = self.support // V
-        indptr = np.zeros(self.num_features + 1, np.int64)
-        np.cumsum(np.bincount(feature, minlength=self.num_features), out=indptr[1:])
-        seen = np.zeros(self.num_features, bool)
-        seen[feature] = True
-        seen[PAD_ID] = False
-        return indptr, (self.support % V).astype(np.int32), seen
-
-    def on_support(self, values: np.ndarray, pattern=None):
-        """`values` on the support as a sparse `[D, V]` CSR matrix (0 elsewhere): products with it
-        cost the support, not D · V, and allocate no dense `[D, V]` array."""
+    def moments(self) -> "PredictiveParts":
+        """What the predictive moments of any rows read off this fit (`PredictiveParts`), made once
+        for a batch of row sets (`held_out_parts`' dev parts) and not kept: a prior walk's live fits
+        would each hold them. Sparse `[D, V]` products cost the support, not D · V."""
         import scipy.sparse as sp
 
-        indptr, columns, _ = pattern or self.pattern()
-        return sp.csr_matrix((np.asarray(values, np.float64), columns, indptr),
-                             shape=(self.num_features, self.num_labels))
-
-    def _mean(self, rows, pattern=None) -> np.ndarray:
-        """b + X W of float64 CSR `rows [N, D]`, `[N, V]`."""
-        return (rows @ self.on_support(self.weights, pattern)).toarray() + self.bias
-
-    def _variance(self, squares, pattern=None) -> np.ndarray:
-        """X² s of float64 CSR `squares [N, D]` (X∘X), s = `variance()`, `[N, V]`, from the support
-        and the per-feature prior without the dense s."""
+        D, V = self.num_features, self.num_labels
+        feature = self.support // V
+        counts = np.bincount(feature, minlength=D)
+        indptr, columns = np.concatenate([[0], np.cumsum(counts)]), (self.support % V).astype(np.int32)
         prior = self.prior_variance
-        off = np.full(self.num_features, STRUCTURAL_ZERO_VARIANCE) if prior is None else np.asarray(prior, np.float64)
-        delta = self.weight_variance - off[self.support // self.num_labels]
-        return (squares @ self.on_support(delta, pattern)).toarray() + (squares @ off)[:, None]
+        off = np.full(D, STRUCTURAL_ZERO_VARIANCE) if prior is None else np.asarray(prior, np.float64)
+
+        def on_support(values):  # `values` on the support as CSR [D, V]
+            return sp.csr_matrix((np.asarray(values, np.float64), columns, indptr), shape=(D, V))
+
+        seen = counts > 0
+        seen[PAD_ID] = False
+        return PredictiveParts(on_support(self.weights), on_support(self.weight_variance - off[feature]), off, seen)
+
+    @staticmethod
+    def _variance(squares, parts: "PredictiveParts") -> np.ndarray:
+        """X² s of float64 CSR `squares [N, D]` (X∘X), s = `variance()`, `[N, V]`, from the support
+        and the per-feature variance off it without the dense s."""
+        return (squares @ parts.delta).toarray() + (squares @ parts.off)[:, None]
 
     def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each. A
         weight off the support keeps its prior variance (`variance`): a feature this fit never saw,
         and column 0 (the count of the features the vocabulary lacks, `gpseq.features.featurizer`),
         widen a token's potentials by their prior, as the weight-space GP's predictive does."""
-        rows, pattern = rows.astype(np.float64).tocsr(), self.pattern()
-        return self._mean(rows, pattern), self._variance(rows.multiply(rows).tocsr(), pattern)
+        rows, parts = rows.astype(np.float64).tocsr(), self.moments()
+        return (rows @ parts.weights).toarray() + self.bias, self._variance(rows.multiply(rows).tocsr(), parts)
 
-    def held_out(self, data: SequenceData, shared: bool = True, pattern=None) -> HeldOut:
+    def held_out(self, data: SequenceData, shared: bool = True, parts: "PredictiveParts | None" = None) -> HeldOut:
         """The fit's predictive moments on labelled `data` as calibration's `HeldOut`, with the
         variance of each token's features this fit never saw apart in `unseen [N]` (the same for
         every label), so that calibration scales it by its own β: column 0 (the features the
@@ -185,21 +184,21 @@ class LaplaceFit:
         the columns of features no token of its data had, which the saved model will only meet
         through column 0. Their k (x₀ = k and one per column for `shared` unseen weights, else x₀²
         and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0.
-        `pattern`: `pattern()`, when the caller has it."""
-        pattern = pattern or self.pattern()
+        `parts`: `moments()`, when the caller has them."""
+        parts = parts or self.moments()
         rows = data.rows.astype(np.float64).tocsr()
-        mean = self._mean(rows, pattern)
+        mean = (rows @ parts.weights).toarray() + self.bias  # b + X W
         squares = rows.copy()
         squares.data = rows.data ** 2
         if not self.has_prior:
-            return HeldOut(mean, self._variance(squares, pattern), self.pairwise, self.pairwise_variance,
+            return HeldOut(mean, self._variance(squares, parts), self.pairwise, self.pairwise_variance,
                            data.label_ids, data.offsets)
-        unseen = ~pattern[2][squares.indices]
+        unseen = ~parts.seen[squares.indices]
         token = np.repeat(np.arange(squares.shape[0]), np.diff(squares.indptr))[unseen]
         count = np.bincount(token, weights=(rows.data if shared else squares.data)[unseen], minlength=squares.shape[0])
         squares.data[unseen] = 0.0
         prior = self.feature_prior(PAD_ID)
-        return HeldOut(mean, self._variance(squares, pattern), self.pairwise, self.pairwise_variance, data.label_ids,
+        return HeldOut(mean, self._variance(squares, parts), self.pairwise, self.pairwise_variance, data.label_ids,
                        data.offsets, (count ** 2 if shared else count) * prior)
 
 
@@ -309,7 +308,7 @@ def fit_laplace(
         fisher = (f_b, f_w, f_p)
         if round_ == evidence_rounds:
             break
-        s_w = 1.0 / ((1.0 / group_var)[pair_group] + f_w)  # [P]
+        s_w = 1.0 / (precision_w + f_w)  # [P]
         # MacKay's fixed point: γ_g = Σ_{i∈g} (1 − s_i/σ²_g) well-determined weights, σ²_g = Σ θ_i² / γ_g
         gamma = np.bincount(pair_group, weights=1.0 - s_w * precision_w, minlength=n_groups)
         squares = np.bincount(pair_group, weights=w**2, minlength=n_groups)
@@ -360,8 +359,8 @@ def held_out_parts(fit: LaplaceFit, dev: SequenceData, shared: bool = True) -> l
     `fit_calibration_parts`'s parts."""
     from gpseq.training.chain_objective import CHUNK_TOKENS, chunk_bounds
 
-    pattern = fit.pattern()
-    return [fit.held_out(dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high)), shared, pattern)
+    parts = fit.moments()
+    return [fit.held_out(dev if (low, high) == (0, len(dev)) else dev.subset(np.arange(low, high)), shared, parts)
             for low, high in chunk_bounds(dev.offsets, CHUNK_TOKENS)]
 
 

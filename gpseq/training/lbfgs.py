@@ -147,7 +147,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     nfev, message = 1, "iteration limit"
     pairs: deque = deque()
     nit = 0
-    x_new = None
+    x_new = np.empty_like(x)  # the trial point; after each accepted step, the old point's array
     while nit < max_iterations:
         scratch = np.empty_like(x)  # for this iteration's direction (freed before the evaluations)
         if penalty is None:
@@ -178,8 +178,6 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             halves.run(lambda p: np.negative(g_view[p], out=d[p]))
             slope = -halves.sum(lambda p: _dot(g_view[p], g_view[p]))
         step = 1.0 if pairs else 1.0 / max(np.sqrt(-slope), 1e-12)
-        if x_new is None:
-            x_new = np.empty_like(x)
         for _ in range(max_backtracks):
 
             def trial(p):  # x + step · d (projected on the orthant), and its decrease bound vᵀ(x_new − x)
@@ -219,7 +217,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
         if sy > 1e-10 * np.sqrt(ss * yy):
             pairs.append((s, y, 1.0 / sy, sy / yy))
         decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
-        x, x_new, f, g = x_new, x, f_new, g_new  # the old point's array holds the next trial
+        x, x_new, f, g = x_new, x, f_new, g_new
         nit += 1
         if callback is not None:
             callback(x)
