@@ -19,7 +19,7 @@ from gpseq.corpora import sha256_file
 from gpseq.corpora._atomic import atomic_target, write_bytes_atomic
 from gpseq.errors import ModelFormatError
 from gpseq.features.config import MAX_FEATURES
-from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
+from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz, write_npz
 from gpseq.saved.format import read_format_json
 
 FORMAT_NAME = "gpseq.features"
@@ -36,7 +36,7 @@ def write_featurizer(directory: str | Path, data: dict, arrays: dict[str, np.nda
     if arrays is not None:  # written to its file, then hashed from it: no copy of it in memory
         with atomic_target(directory / VOCABULARY_FILE) as temp:
             with open(temp, "wb") as handle:
-                np.savez(handle, **arrays)
+                write_npz(handle, arrays, compress=False)
                 handle.flush()
                 os.fsync(handle.fileno())
             data["vocabulary_sha256"] = sha256_file(temp)

@@ -8,7 +8,8 @@ never from a FIFO, device or socket (opened non-blocking, so a FIFO cannot hang 
 past the size the manifest records or a cap. An .npz archive is read member by member
 (`read_npz`): each member's .npy header is read first, and its shape × item size is checked
 against the member's declared size, the shape tagger.json records and the caps before anything is
-allocated or decompressed. The model directory (`gpseq.saved.directory`), its tagger.json
+allocated or decompressed; `write_npz` writes an archive `np.load` reads, in bounded pieces. The
+model directory (`gpseq.saved.directory`), its tagger.json
 (`gpseq.saved.meta`) and the featurizer's files (`gpseq.features.saved`) are read through here.
 """
 
@@ -189,3 +190,25 @@ def read_npz(handle: BinaryIO, path: Path, *, shapes: dict | None = None, names:
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
         detail = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ModelFormatError(f"{path}: unreadable {what}, truncated or corrupt ({detail})") from None
+
+
+WRITE_PIECE_BYTES = 1 << 20  # `write_npz` hands the archive an array's bytes this many at a time
+
+
+def write_npz(target: str | os.PathLike | BinaryIO, arrays: dict[str, np.ndarray], *, compress: bool) -> None:
+    """`arrays` as an .npz archive (what `np.savez` / `np.savez_compressed` write: one .npy member
+    per array, ZIP64, stored or deflated) into the path or binary file `target`, each array's bytes
+    passed on in pieces of WRITE_PIECE_BYTES straight from its memory: `np.savez` copies an array
+    16 MiB at a time first, which on a large model's [D, V] arrays is the save's peak."""
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(target, mode="w", compression=method, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            array = np.asarray(value)
+            array = array if array.flags.c_contiguous else array.copy(order="C")
+            if array.dtype.hasobject:
+                raise ValueError(f"array {name!r} holds Python objects, which gpseq never writes")
+            with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(array))
+                data = memoryview(array.reshape(-1).view(np.uint8))
+                for start in range(0, len(data), WRITE_PIECE_BYTES):
+                    member.write(data[start : start + WRITE_PIECE_BYTES])

@@ -17,6 +17,7 @@ from gpseq.config import TaggerConfig
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.features import Featurizer
 from gpseq.saved.directory import file_manifest, read_arrays, verify_manifest, writing_model_dir
+from gpseq.saved.files import write_npz
 from gpseq.saved.meta import (FORMAT, FORMAT_VERSION, META_FILE, check_array_values, check_arrays, check_meta_shapes,
                               json_default, read_model_meta)
 from gpseq.structured.likelihoods import saved_likelihood
@@ -32,7 +33,7 @@ def write_tagger(directory: str | os.PathLike, config: TaggerConfig, featurizer:
     check_array_values(directory, arrays, saving=True)  # a model that would tag NaN is never written
     with writing_model_dir(directory) as tmp:
         featurizer.save(tmp / "features")
-        np.savez_compressed(tmp / "arrays.npz", **arrays)
+        write_npz(tmp / "arrays.npz", arrays, compress=True)
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,

@@ -107,15 +107,26 @@ def _direction(v, pairs, halves: _Halves, q, scratch) -> None:
     halves.run(last)
 
 
-def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray, out: np.ndarray | None = None,
+                    scratch: np.ndarray | None = None, orthant: np.ndarray | None = None) -> np.ndarray:
     """The pseudo-gradient of f + Σ l1_i |x_i| (OWL-QN; `l1` shaped like `x`): ∇f + l1·sign(x) off
     zero; at zero the one-sided derivative that descends (g + l1 if that is < 0, g − l1 if that is
-    > 0), else 0, which is g − clip(g, −l1, l1)."""
+    > 0), else 0, which is g − clip(g, −l1, l1). With `orthant` (int8, shaped like `x`), also the
+    orthant a step from x along −pseudo-gradient stays in: sign(x) off zero, −sign(v) at zero.
+    Both values are computed everywhere and merged by masked copies (whole-array passes: gathering
+    and scattering the coordinates off zero costs several times more); `scratch` is for the merge."""
     out = np.empty_like(grad) if out is None else out
+    scratch = np.empty_like(grad) if scratch is None else scratch
     np.clip(grad, -l1, l1, out=out)
     np.subtract(grad, out, out=out)  # the value at zero
     moved = x != 0.0
-    out[moved] = grad[moved] + np.copysign(l1[moved], x[moved])
+    np.copysign(l1, x, out=scratch)
+    np.add(grad, scratch, out=scratch)  # the value off zero
+    np.copyto(out, scratch, where=moved)
+    if orthant is not None:
+        np.negative(np.sign(out, out=scratch), out=scratch)
+        np.copyto(orthant, scratch, casting="unsafe")
+        np.copyto(orthant, np.sign(x, out=scratch), where=moved, casting="unsafe")
     return out
 
 
@@ -155,8 +166,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             largest = max(halves.run(lambda p: float(np.max(np.abs(g[p], out=scratch[p]), initial=0.0))))
         else:
             def steepest(p):  # the pseudo-gradient, its largest |·| and the orthant the step stays in
-                pseudo_gradient(x[p], g[p], penalty[p], out=v[p])
-                orthant[p] = np.where(x[p] != 0.0, np.sign(x[p]), -np.sign(v[p]))
+                pseudo_gradient(x[p], g[p], penalty[p], out=v[p], scratch=scratch[p], orthant=orthant[p])
                 return float(np.max(np.abs(v[p], out=scratch[p]), initial=0.0))
 
             largest = max(halves.run(steepest))

@@ -131,7 +131,9 @@ class SplitRows:
         row = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(head.indptr)),
                               self.tail_flat.astype(np.int64) // V])
         column = np.concatenate([split.head_ids[head.indices], split.tail_features[self.tail_weight]])
-        order = np.lexsort((column, row))
+        # (row, column) order: the head's and the tail's non-zeros are each in it already (X's CSR
+        # order, columns mapped monotonically), so a stable sort of row · D + column merges two runs
+        order = np.argsort(row * D + column, kind="stable")
         index_dtype = head.indices.dtype
         indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n))]).astype(index_dtype)
         return csr_on(ones(len(order), head.dtype), column[order].astype(index_dtype), indptr, (n, D))

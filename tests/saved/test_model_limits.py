@@ -269,6 +269,15 @@ def test_check_array_values_refuses_to_save_what_would_tag_nan(tmp_path):
         check_array_values(tmp_path, {**good, "var:pairwise_mean": np.full((3, 3), np.nan)}, saving=True)
     with pytest.raises(ModelFormatError, match="'var:temperature' is 0.0; it must be positive"):
         check_array_values(tmp_path, {**good, "var:temperature": np.float32(0)})
+    # one bad value among finite ones, wherever it sits (the check reads the array's extremes)
+    rng = np.random.default_rng(0)
+    for bad, problem in [(np.nan, "NaN"), (np.inf, "infinite values"), (-np.inf, "infinite values")]:
+        for _ in range(5):
+            values = rng.normal(size=(7, 11)).astype(np.float32)
+            values.flat[rng.integers(values.size)] = bad
+            with pytest.raises(ModelFormatError, match=f"'var:linear/q_mu' holds {problem}"):
+                check_array_values(tmp_path, {**good, "var:linear/q_mu": values})
+    check_array_values(tmp_path, {**good, "var:linear/q_mu": np.full((2, 2), np.finfo(np.float32).max)})
 
 
 @pytest.mark.parametrize("name", ["tagger.json", "features/featurizer.json"])

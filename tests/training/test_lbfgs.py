@@ -79,3 +79,28 @@ def test_owlqn_matches_soft_thresholding_and_a_bound_constrained_split_formulati
     np.testing.assert_allclose(ours.fun, reference.fun, rtol=1e-8)
     np.testing.assert_allclose(ours.x, reference.x[:30] - reference.x[30:], atol=1e-4)
     assert 0 < np.count_nonzero(ours.x) < 30
+
+
+def test_pseudo_gradient_and_orthant_match_their_one_sided_definitions_coordinate_by_coordinate():
+    """OWL-QN's pseudo-gradient at each coordinate from the one-sided derivatives of g_i x + l1_i |x|
+    (written out per coordinate, Andrew & Gao 2007, eq. 4), and the orthant of the step along its
+    negative: the sign of x off zero, else the sign the step takes."""
+    from gpseq.training.lbfgs import pseudo_gradient
+
+    rng = np.random.default_rng(3)
+    n = 400
+    x = np.where(rng.random(n) < 0.5, 0.0, rng.normal(size=n))
+    grad = rng.normal(size=n) * 0.2
+    grad[:20] = 0.0
+    l1 = np.where(rng.random(n) < 0.1, 0.0, 0.15)
+    orthant = np.zeros(n, np.int8)
+    v = pseudo_gradient(x, grad, l1, orthant=orthant)
+    for i in range(n):
+        if x[i] != 0.0:
+            expected, side = grad[i] + l1[i] * np.sign(x[i]), np.sign(x[i])
+        else:
+            right, left = grad[i] + l1[i], grad[i] - l1[i]  # one-sided derivatives at 0
+            expected = right if right < 0 else left if left > 0 else 0.0
+            side = -np.sign(expected)
+        assert v[i] == pytest.approx(expected, abs=1e-15), i
+        assert orthant[i] == side, i
