@@ -82,15 +82,22 @@ class TimeMajor:
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
 
-    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray, pairs: bool = False):
+    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray, pairs: bool = False, consume: bool = False,
+                    marginals: bool = False):
         """The scaled forward and backward passes at `unary [..., N, V]` and `pairwise [..., V, V]`:
         α̂ `[..., N, V]` (α_t including e_t, each row summing to 1), β̂ `[..., N, V]` (α̂_t β̂_t is the
         marginal), log z_t + the unary shift `[..., N]`, the pairwise shift `[..., 1, 1]`, exp(P −
         shift) `[..., V, V]` and, with `pairs`, Σ_t α̂_tᵀ (e_{t+1} / z_{t+1} · β̂_{t+1}) `[..., V, V]`
         (times exp(P − shift): the summed pair marginals ξ), else None. Sums over labels are
-        products with a vector of ones (BLAS), faster than NumPy's reductions along a short axis."""
+        products with a vector of ones (BLAS), faster than NumPy's reductions along a short axis.
+        With `consume`, e_t is computed in unary's own array (its values are then gone). With
+        `marginals` (`[N, V]` only), α̂'s array holds the marginals α̂_t β̂_t on return and β̂ is None:
+        the backward pass keeps only the current step's β̂ (its rows are a prefix of the first
+        step's sentences) and multiplies each step's α̂_t by it once step t + 1 has read α̂_t."""
         shift = _row_max(unary)
-        emit = np.subtract(unary, shift)
+        if consume and shift is unary:  # one label: the row maximum is unary itself
+            shift = shift.copy()
+        emit = np.subtract(unary, shift, out=unary if consume else None)
         np.exp(emit, out=emit)
         p_max = pairwise.max((-2, -1), keepdims=True)
         trans = np.exp(pairwise - p_max)
@@ -109,6 +116,9 @@ class TimeMajor:
             z_t = new @ ones
             z[..., start:stop] = z_t
             np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
+        if marginals:
+            return self._backward_marginals(alpha, emit, z, trans, trans_t, pairs) + (
+                np.log(z) + shift[..., 0], p_max, trans)
         beta = np.ones_like(emit)
         scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
         scaled /= z[..., None]
@@ -124,12 +134,33 @@ class TimeMajor:
             np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
         return alpha, beta, np.log(z) + shift[..., 0], p_max, trans, pair_sum
 
-    def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True):
+    def _backward_marginals(self, alpha, emit, z, trans, trans_t, pairs: bool) -> tuple:
+        """`_recursions`' backward pass with `marginals`: (the marginals in α̂'s array, None, the
+        pair sum or None); the same operations on the same values as the pass that keeps β̂."""
+        first = self.slice(0)
+        beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype)  # β̂ of the step at hand
+        scaled = emit
+        scaled /= z[..., None]
+        pair_sum = np.zeros_like(trans) if pairs else None
+        for t, prev, start, stop in reversed(self._steps):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            here, now = scaled[start:stop], beta[: stop - start]
+            here *= now
+            alpha[start:stop] *= now  # α̂_t was read (as `left`) at step t + 1
+            if pairs:
+                pair_sum += alpha[prev : prev + stop - start].T @ here
+            np.matmul(here, trans_t, out=now)  # β̂_{t−1} of these sentences; the rest (ended at t − 1) stay 1
+        alpha[first] *= beta
+        return alpha, None, pair_sum
+
+    def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True,
+                         consume: bool = False):
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
-        (time-major) and `pairwise [V, V]`."""
-        alpha, beta, log_scale, p_max, trans, pair_sum = self._recursions(unary, pairwise, pairs)
-        marg = np.multiply(alpha, beta, out=alpha)  # in α's array: one token-by-label array fewer per chunk
+        (time-major) and `pairwise [V, V]`. With `consume` the recursions work in unary's array
+        (one token-by-label array fewer; its values are gone after)."""
+        marg, _, pair_sum, log_scale, p_max, trans = self._recursions(unary, pairwise, pairs, consume, marginals=True)
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
         log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
         if pairs:
@@ -147,7 +178,7 @@ class TimeMajor:
             raise ValueError(f"allowed-label mask of shape {allowed.shape} for unaries of shape {unary.shape}")
         if len(allowed) and not allowed.any(1).all():
             raise ValueError("every token needs at least one allowed label")
-        return self.forward_backward(np.where(allowed, unary, -np.inf), pairwise, pairs=pairs)
+        return self.forward_backward(np.where(allowed, unary, -np.inf), pairwise, pairs=pairs, consume=True)
 
     def scaled_messages(self, unary: np.ndarray, pairwise: np.ndarray):
         """The forward–backward messages of one or several chains, `unary [..., N, V]` and

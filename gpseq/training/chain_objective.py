@@ -181,19 +181,21 @@ class ChainChunk:
         rows = self.split_rows(split)
         unary = rows.unary(b)
         p = np.asarray(pairwise, self.dtype)
-        marg, pair_sum, log_z = self.layout.forward_backward(unary, p)
+        # what is read of the unaries is taken first: the forward–backward then works in their array
         gold = unary[self.token, self.gold]
+        partial = None if self.partial_layout is None else unary[self.partial_rows]
+        marg, pair_sum, log_z = self.layout.forward_backward(unary, p, consume=True)
+        del unary
         score = gold.sum(dtype=np.float64) + np.sum(self.transitions * pairwise)
         resid = marg
         resid[self.token, self.gold] -= 1.0
         target_pair_sum = self.transitions
-        if self.partial_layout is not None:  # E_{p|observed} in place of the gold path
+        if partial is not None:  # E_{p|observed} in place of the gold path
             observed_marg, observed_pair_sum, log_z_observed = self.partial_layout.constrained_forward_backward(
-                unary[self.partial_rows], p, self.allowed)
+                partial, p, self.allowed)
             score += log_z_observed.sum()
             resid[self.partial_rows] -= observed_marg
             target_pair_sum = self.transitions + observed_pair_sum
-        del unary
         add(rows.head_t, resid, rows.tail_weight, rows.tail_terms(resid))
         return (float(log_z.sum() - score), resid.sum(0, dtype=np.float64),
                 pair_sum.astype(np.float64) - target_pair_sum)
@@ -202,7 +204,7 @@ class ChainChunk:
         """The chunk's Fisher diagonals of (b [V], P [V, V]), float64; W's, (X_h∘X_h)ᵀ C on the head
         block and its terms on the tail, goes to `add((X_h∘X_h)ᵀ, C, tail weight ids, tail terms)`."""
         rows = self.split_rows(split)
-        marg, pair_sum, _ = self.layout.forward_backward(rows.unary(b), np.asarray(pairwise, self.dtype))
+        marg, pair_sum, _ = self.layout.forward_backward(rows.unary(b), np.asarray(pairwise, self.dtype), consume=True)
         curvature = marg * (1.0 - marg)
         add(rows.head_squared_t, curvature, rows.tail_weight, rows.tail_terms(curvature, squared=True))
         return curvature.sum(0, dtype=np.float64), pair_sum.astype(np.float64)

@@ -156,3 +156,24 @@ def test_time_major_numpy_chain_equals_the_log_space_chain(scale):
     np.testing.assert_allclose(mine, ref_marg.numpy(), atol=1e-10)
     np.testing.assert_allclose(pair_sum, tf.reduce_sum(ref_pair, [0, 1]).numpy(), atol=1e-9)
     np.testing.assert_allclose(log_z, ref_z[layout.sentences], rtol=1e-12)
+
+
+@pytest.mark.parametrize("V", [1, 3])
+def test_forward_backward_in_the_unaries_own_array_gives_the_same_bits(V):
+    """`consume=True` (the training objective's): the recursions work in unary's array, which the
+    result must not notice: every output equal to the last bit to the copying run's (which equals
+    enumeration, above), with one label too (its row maximum is unary itself); and the marginals,
+    made with one step's β̂ at a time, equal to the bit α̂ β̂ of the pass that keeps every β̂."""
+    rng = np.random.default_rng(4)
+    offsets, unary, pairwise = _corpus(rng, np.array([4, 1, 3, 2, 4]), V, 3.0)
+    layout = TimeMajor(offsets)
+    kept = unary[layout.order].astype(np.float32)
+    given = kept.copy()
+    expected = layout.forward_backward(kept, pairwise.astype(np.float32))
+    got = layout.forward_backward(given, pairwise.astype(np.float32), consume=True)
+    for a, b in zip(expected, got):
+        assert a.tobytes() == b.tobytes()
+    assert not np.array_equal(given, kept)  # the unaries' array was worked in
+    # the marginals of the backward pass that keeps one step's β̂: those of the one that keeps all of β̂
+    alpha, beta, _, _ = layout.scaled_messages(kept, pairwise.astype(np.float32))
+    assert (alpha * beta).tobytes() == expected[0].tobytes()
