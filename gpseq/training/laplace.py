@@ -239,6 +239,7 @@ def fit_laplace(
     group_var = np.full(n_groups, float(prior_variance))
     pair_var, bias_var = float(pairwise_prior_variance), float(bias_prior_variance)
     counts = np.bincount(pair_group, minlength=n_groups)
+    pair_group = pair_group if evidence_rounds else None  # read again only by evidence rounds (σ²_g apart)
     report = LaplaceReport()
 
     def unpack(theta):
@@ -289,10 +290,13 @@ def fit_laplace(
                 callback(round_, iteration[0], -last[0])
 
         budget = max_iterations if round_ == 0 else refit_iterations
-        penalty = None
-        if l1 > 0.0:  # a Laplace prior on the weights W (not on the biases and the pairwise)
-            penalty = np.zeros(sum(sizes))
-            penalty[sizes[0] : sizes[0] + sizes[1]] = l1
+
+        def penalty(part):  # the L1 weights of coordinates `part`: l1 (× scale) on W, 0 on the biases and P
+            out, low, high = np.zeros(part.stop - part.start), max(part.start, V), min(part.stop, V + sizes[1])
+            if low < high:
+                out[low - part.start : high - part.start] = l1 if scale is None else l1 * scale[low:high]
+            return out
+
         # Started where a fit's Fisher diagonal is known, L-BFGS runs in θ / s with s = (F + prior
         # precision)^(−1/2): the objective's diagonal curvature there is ≈ 1 in every coordinate, where
         # raw it spans the feature counts (a bias fires at every token, most words once)
@@ -300,10 +304,9 @@ def fit_laplace(
             [fisher[0] + 1.0 / bias_var, fisher[1] + precision_w, np.ravel(fisher[2]) + 1.0 / pair_var]))
         if scale is not None:  # the fit needs only these now (support-sized: not held beside them)
             fisher, theta = None, theta / scale
-            penalty = None if penalty is None else penalty * scale
         result = minimize_lbfgs(fun, theta,
                                 max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6, callback=step_done,
-                                l1=penalty, overwrite_x0=True)  # theta is this fit's own (made above)
+                                l1=penalty if l1 > 0.0 else None, overwrite_x0=True)  # theta: this fit's own
         if not np.all(np.isfinite(result.x)):
             raise NumericalError("the MAP fit diverged (non-finite weights)")
         theta = result.x if scale is None else result.x * scale

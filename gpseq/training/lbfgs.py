@@ -133,17 +133,23 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, l1: np.ndarray, out: np.nda
 def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
                    max_iterations: int = 100, memory: int = 6, ftol: float = 1e-7, gtol: float = 1e-6,
                    callback: Callable[[np.ndarray], None] | None = None, max_backtracks: int = 30,
-                   armijo: float = 1e-4, l1: "np.ndarray | float | None" = None,
+                   armijo: float = 1e-4, l1: "np.ndarray | float | Callable | None" = None,
                    overwrite_x0: bool = False) -> LbfgsResult:
     """Minimise `fun(x) -> (f, ∇f)` (+ Σ l1_i |x_i| when `l1` is given: OWL-QN) from `x0` by
     L-BFGS with `memory` pairs. `fun` returns the smooth part; the result's `fun` includes the L1 term.
     The iterates live in two arrays, the current point and the trial point, swapped at each
     accepted step (`fun` and `callback` must not keep the array they are given); with
-    `overwrite_x0` (float64 `x0`) one of them is `x0`'s, which its caller then no longer reads."""
+    `overwrite_x0` (float64 `x0`) one of them is `x0`'s, which its caller then no longer reads.
+    `l1` may be a function of a slice of the coordinates that returns their weights: made where
+    read, no x-sized array of them is held through the evaluations of `fun`."""
     x = np.asarray(x0, dtype=np.float64) if overwrite_x0 else np.array(x0, dtype=np.float64)
     del x0  # (with `overwrite_x0`, `x` is the caller's array: reading it after the first step reads a trial point)
-    penalty = None if l1 is None or not np.any(np.asarray(l1)) else \
-        np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
+    if callable(l1):  # the weights of a slice of the coordinates, made when read
+        penalty = l1
+    else:
+        weights = None if l1 is None or not np.any(np.asarray(l1)) else \
+            np.broadcast_to(np.asarray(l1, dtype=np.float64), x.shape)
+        penalty = None if weights is None else weights.__getitem__
     halves = _Halves(x.size)
     d = np.empty_like(x)  # the direction; with `l1` the pseudo-gradient and the orthant (signs) too
     v = g_view = None
@@ -151,7 +157,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
         v, orthant = np.empty_like(x), np.empty(x.shape, np.int8)
 
     def l1_term(point) -> float:
-        return 0.0 if penalty is None else halves.sum(lambda p: np.dot(penalty[p], np.abs(point[p])))
+        return 0.0 if penalty is None else halves.sum(lambda p: np.dot(penalty(p), np.abs(point[p])))
 
     f_smooth, g = fun(x)
     f = f_smooth + l1_term(x)
@@ -166,7 +172,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             largest = max(halves.run(lambda p: float(np.max(np.abs(g[p], out=scratch[p]), initial=0.0))))
         else:
             def steepest(p):  # the pseudo-gradient, its largest |·| and the orthant the step stays in
-                pseudo_gradient(x[p], g[p], penalty[p], out=v[p], scratch=scratch[p], orthant=orthant[p])
+                pseudo_gradient(x[p], g[p], penalty(p), out=v[p], scratch=scratch[p], orthant=orthant[p])
                 return float(np.max(np.abs(v[p], out=scratch[p]), initial=0.0))
 
             largest = max(halves.run(steepest))

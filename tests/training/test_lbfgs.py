@@ -58,6 +58,10 @@ def test_owlqn_matches_soft_thresholding_and_a_bound_constrained_split_formulati
     expected = np.sign(c) * np.maximum(np.abs(c) - l1 / h, 0.0)  # argmin ½h(x−c)² + l1|x|
     np.testing.assert_allclose(result.x, expected, atol=1e-7)
     assert np.sum(result.x == 0.0) == np.sum(expected == 0.0) > 5  # exact zeros, not tiny values
+    # the weights given as a function of a slice of the coordinates: the same iterates, to the bit
+    again = minimize_lbfgs(lambda x: (0.5 * np.sum(h * (x - c) ** 2), h * (x - c)), np.zeros(40),
+                           max_iterations=500, ftol=0.0, gtol=1e-10, l1=lambda part: l1[part].copy())
+    assert again.x.tobytes() == result.x.tobytes() and (again.nit, again.fun) == (result.nit, result.fun)
 
     X = rng.normal(size=(200, 30))
     y = (X[:, :3] @ np.array([2.0, -1.5, 1.0]) + 0.5 * rng.normal(size=200) > 0).astype(float)
