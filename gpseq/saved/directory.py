@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
+from gpseq.corpora import sha256_file
 from gpseq.corpora._atomic import apply_umask, swap_dir, temp_dir_beside, writable_dir
 from gpseq.errors import ModelFormatError, OutputError
 from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
@@ -29,11 +30,6 @@ from gpseq.saved.meta import FORMAT, META_FILE, read_model_meta
 # The only entries a model directory saved without a manifest may hold.
 _LEGACY_MODEL_FILES = frozenset({"tagger.json", "arrays.npz", "features/featurizer.json", "features/vocabulary.npz"})
 _LEGACY_MODEL_DIRS = frozenset({"features"})
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return _sha256_of(handle)
 
 
 def _sha256_of(handle: BinaryIO, limit: float = math.inf) -> str:
@@ -54,7 +50,7 @@ def file_manifest(root: Path) -> dict:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         name = path.relative_to(root).as_posix()
         if name != "tagger.json":
-            manifest[name] = {"sha256": _sha256(path), "size": path.stat().st_size}
+            manifest[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     return manifest
 
 
@@ -118,7 +114,7 @@ def _foreign_content(directory: Path) -> str | None:
             if name not in files:
                 continue  # a missing file loses nothing
             try:
-                changed = path.stat().st_size != record.get("size") or _sha256(path) != record.get("sha256")
+                changed = path.stat().st_size != record.get("size") or sha256_file(path) != record.get("sha256")
             except OSError:
                 changed = True
             if changed:

@@ -57,8 +57,12 @@ class RowBlocks:
         [D, V], which the allocator would otherwise map and page-fault in afresh at each call).
         `out`: C-contiguous, [rows, k]."""
         dense = np.ascontiguousarray(dense, out.dtype)
-        self._map(lambda block: _accumulate(_MATVECS, block[2], block[2].shape, dense, out[block[0]:block[1]],
-                                            lambda: block[2] @ dense))
+
+        def run(block):
+            low, high, rows = block
+            _accumulate(_MATVECS, rows, rows.shape, dense, out[low:high], lambda: rows @ dense)
+
+        self._map(run)
 
     def _map(self, run) -> None:
         if len(self.blocks) == 1:
