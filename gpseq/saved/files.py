@@ -204,9 +204,9 @@ def write_npz(target: str | os.PathLike | BinaryIO, arrays: dict[str, np.ndarray
     with zipfile.ZipFile(target, mode="w", compression=method, allowZip64=True) as archive:
         for name, value in arrays.items():
             array = np.asarray(value)
-            array = array if array.flags.c_contiguous else array.copy(order="C")
             if array.dtype.hasobject:
                 raise ValueError(f"array {name!r} holds Python objects, which gpseq never writes")
+            array = array if array.flags.c_contiguous else array.copy(order="C")
             with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(array))
                 data = memoryview(array.reshape(-1).view(np.uint8))

@@ -116,10 +116,9 @@ class TimeMajor:
             z_t = new @ ones
             z[..., start:stop] = z_t
             np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
-        if marginals:
-            return self._backward_marginals(alpha, emit, z, trans, trans_t, pairs) + (
-                np.log(z) + shift[..., 0], p_max, trans)
-        beta = np.ones_like(emit)
+        # β̂ of every token, or with `marginals` of the step at hand only (its sentences are a prefix of
+        # the first step's; the rows of sentences that ended stay 1)
+        beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype) if marginals else np.ones_like(emit)
         scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
         scaled /= z[..., None]
         pair_sum = np.zeros_like(trans) if pairs else None
@@ -127,32 +126,18 @@ class TimeMajor:
             if t % CHECK_STEPS == 0:
                 check_cancelled()
             here = scaled[..., start:stop, :]
-            here *= beta[..., start:stop, :]
+            now = beta[: stop - start] if marginals else beta[..., start:stop, :]
+            here *= now
+            if marginals:
+                alpha[start:stop] *= now  # the marginals of step t: α̂_t was read (as `left`) at step t + 1
             left = alpha[..., prev : prev + stop - start, :]
             if pairs:
                 pair_sum += np.swapaxes(left, -1, -2) @ here
-            np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
+            np.matmul(here, trans_t, out=now if marginals else beta[..., prev : prev + stop - start, :])
+        if marginals:
+            alpha[first] *= beta
+            beta = None
         return alpha, beta, np.log(z) + shift[..., 0], p_max, trans, pair_sum
-
-    def _backward_marginals(self, alpha, emit, z, trans, trans_t, pairs: bool) -> tuple:
-        """`_recursions`' backward pass with `marginals`: (the marginals in α̂'s array, None, the
-        pair sum or None); the same operations on the same values as the pass that keeps β̂."""
-        first = self.slice(0)
-        beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype)  # β̂ of the step at hand
-        scaled = emit
-        scaled /= z[..., None]
-        pair_sum = np.zeros_like(trans) if pairs else None
-        for t, prev, start, stop in reversed(self._steps):
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            here, now = scaled[start:stop], beta[: stop - start]
-            here *= now
-            alpha[start:stop] *= now  # α̂_t was read (as `left`) at step t + 1
-            if pairs:
-                pair_sum += alpha[prev : prev + stop - start].T @ here
-            np.matmul(here, trans_t, out=now)  # β̂_{t−1} of these sentences; the rest (ended at t − 1) stay 1
-        alpha[first] *= beta
-        return alpha, None, pair_sum
 
     def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True,
                          consume: bool = False):
@@ -160,7 +145,7 @@ class TimeMajor:
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`. With `consume` the recursions work in unary's array
         (one token-by-label array fewer; its values are gone after)."""
-        marg, _, pair_sum, log_scale, p_max, trans = self._recursions(unary, pairwise, pairs, consume, marginals=True)
+        marg, _, log_scale, p_max, trans, pair_sum = self._recursions(unary, pairwise, pairs, consume, marginals=True)
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
         log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
         if pairs:

@@ -264,20 +264,12 @@ def fit_laplace(
         inverse = 1.0 / group_var  # one σ² for every group (the default): a scalar precision, not [P]
         precision_w = inverse[0] if inverse.size and np.all(inverse == inverse[0]) else inverse[pair_group]
 
-        def fun(z):  # (f, ∇f) at θ = z, or θ = s·z (scaled: then (f, s·∇f)), θ made only after the
-            # corpus passes (the objective makes W from z and s when it writes it: no θ during the passes)
-            if scale is None:
-                b, w, p = unpack(z)
-            else:
-                b, w, p = (unpack(z)[0] * scale[:V], lambda: unpack(z)[1] * unpack(scale)[1],
-                           unpack(z)[2] * unpack(scale)[2])
+        def fun(theta):
+            b, w, p = unpack(theta)
             nll, g_b, g_w, g_p = objective.value_and_grad(b, w, p)
-            b, w, p = unpack(z if scale is None else z * scale)
             prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
             g_w += precision_w * w  # in place: one support-sized temporary fewer at the peak
             grad = np.concatenate([g_b + b / bias_var, g_w, (g_p + p / pair_var).ravel()])
-            if scale is not None:
-                grad *= scale
             report.evaluations += 1
             last[0] = (nll + prior) / tokens
             return nll + prior, grad
@@ -304,7 +296,7 @@ def fit_laplace(
             [fisher[0] + 1.0 / bias_var, fisher[1] + precision_w, np.ravel(fisher[2]) + 1.0 / pair_var]))
         if scale is not None:  # the fit needs only these now (support-sized: not held beside them)
             fisher, theta = None, theta / scale
-        result = minimize_lbfgs(fun, theta,
+        result = minimize_lbfgs(fun if scale is None else _scaled(fun, scale), theta,
                                 max_iterations=budget, ftol=tolerance, gtol=1e-6, memory=6, callback=step_done,
                                 l1=penalty if l1 > 0.0 else None, overwrite_x0=True)  # theta: this fit's own
         if not np.all(np.isfinite(result.x)):
@@ -335,6 +327,14 @@ def fit_laplace(
     # the weights' variances are read off the Fisher diagonal and the group priors (`LaplaceFit`)
     return LaplaceFit(D, b.copy(), support, w.copy(), None, p.copy(), s_p, report, prior_variance=group_var,
                       feature_groups=np.asarray(groups), fisher=fisher)
+
+
+def _scaled(fun, scale):
+    """`fun` of θ = s·z as a function of z: (f(s·z), s·∇f(s·z))."""
+    def scaled(z):
+        value, grad = fun(z * scale)
+        return value, np.multiply(grad, scale, out=grad)
+    return scaled
 
 
 def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:

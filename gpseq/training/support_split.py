@@ -51,10 +51,8 @@ class SupportSplit:
         self.weights = np.zeros((len(self.head_ids), V), dtype)  # the head block: 0 off the support
         self.tail_weights = np.zeros(len(tail_features), dtype)
 
-    def write(self, w_support) -> None:
-        """The support's weights `[P]` into the head block and the tail; `w_support` may be a function
-        that makes them (they are then let go of once written: no `[P]` array held past this)."""
-        w_support = w_support() if callable(w_support) else w_support
+    def write(self, w_support: np.ndarray) -> None:
+        """The support's weights `[P]` into the head block and the tail."""
         self.weights.reshape(-1)[self.head_flat] = w_support[self.head_positions]
         self.tail_weights[:] = w_support[self.tail_positions]
 

@@ -20,7 +20,8 @@ def test_write_npz_holds_the_members_numpy_writes(tmp_path, monkeypatch, compres
     monkeypatch.setattr(files, "WRITE_PIECE_BYTES", 1000)
     rng = np.random.default_rng(0)
     arrays = {"weights": rng.normal(size=(300, 7)).astype(np.float32), "ids": np.arange(5), "scalar": np.array(2.5),
-              "empty": np.zeros((0, 3)), "keys": rng.integers(0, 2**63, size=9, dtype=np.uint64), "last": rng.normal(size=1001)}
+              "empty": np.zeros((0, 3)), "keys": rng.integers(0, 2**63, size=9, dtype=np.uint64),
+              "last": rng.normal(size=1001)}
     path = tmp_path / "arrays.npz"
     write_npz(path, arrays, compress=compress)
     reference = io.BytesIO()
