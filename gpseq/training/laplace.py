@@ -337,21 +337,20 @@ def _scaled(fun, scale):
     return scaled
 
 
-def average_fit(fits: list[LaplaceFit]) -> LaplaceFit:
-    """The mean of fits of one model on different data, as a dense fit (support = every weight):
-    a starting point for a fit on their union. Fisher diagonals, which sum over tokens, are summed
-    over the fits and divided by k − 1: k folds' fits each saw k − 1 of the k folds."""
-    first = fits[0]
-    D, V = first.num_features, first.num_labels
-    mean = lambda values: sum(values) / len(fits)  # noqa: E731
-    weights = mean([fit.dense(fit.weights).ravel() for fit in fits])
+def average_fit(fits: list[LaplaceFit], support: np.ndarray) -> LaplaceFit:
+    """The mean of fits of one model on different data, on `support` (the flat [D, V] support of
+    the fit on their union, which holds each fit's; 0 where a fit lacks a pair): that fit's start.
+    Fisher diagonals, which sum over tokens, are summed over the fits and divided by k − 1: k folds'
+    fits each saw k − 1 of the k folds. Support-sized sums, not a dense [D, V] array per fold."""
+    k, V = len(fits), fits[0].num_labels
     fisher = None
-    if len(fits) > 1 and all(fit.fisher is not None for fit in fits):
-        share = 1.0 / (len(fits) - 1)
-        fisher = tuple(share * sum(parts) for parts in zip(*[(fit.fisher[0], fit.dense(fit.fisher[1]).ravel(),
-                                                             fit.fisher[2]) for fit in fits]))
-    return LaplaceFit(D, mean([fit.bias for fit in fits]), np.arange(D * V), weights, np.zeros(D * V),
-                      mean([fit.pairwise for fit in fits]), np.zeros((V, V)), first.report, fisher=fisher)
+    if k > 1 and all(fit.fisher is not None for fit in fits):
+        share = 1.0 / (k - 1)
+        fisher = (share * sum(fit.fisher[0] for fit in fits),
+                  share * sum(fit.on(fit.fisher[1], support) for fit in fits), share * sum(fit.fisher[2] for fit in fits))
+    return LaplaceFit(fits[0].num_features, sum(fit.bias for fit in fits) / k, support,
+                      sum(fit.on(fit.weights, support) for fit in fits) / k, np.zeros(len(support)),
+                      sum(fit.pairwise for fit in fits) / k, np.zeros((V, V)), fits[0].report, fisher=fisher)
 
 
 def held_out_parts(fit: LaplaceFit, dev: SequenceData, shared: bool = True) -> list[HeldOut]:

@@ -298,7 +298,7 @@ def _train_laplace(config, featurizer, num_labels, data, dev_data, callbacks, in
         # saw 1 − 1/k of these sentences), or along the walk from `init` when one is given
         final = NumpyChainObjective(combined, num_labels, dtype=config.dtype)
         if init is None:
-            average = average_fit(fold_fits)
+            average = average_fit(fold_fits, final.support)
             del fold_fits
             chosen = fit(final, prior, refit, average, release=True)
             iterations.extend(chosen.report.iterations)

@@ -226,14 +226,16 @@ def test_average_fit_sums_fold_fishers_to_the_fisher_of_the_whole_corpus():
         fits.append(LaplaceFit(D, b, inside.support, dense_w[inside.support], np.ones(len(inside.support)), p,
                                np.ones((V, V)), LaplaceReport(), fisher=(f_b, f_w, f_p)))
     f_b, f_w, f_p = whole.fisher(b, dense_w[whole.support], p)
-    average = average_fit(fits)
+    average = average_fit(fits, whole.support)
     np.testing.assert_allclose(average.fisher[0], f_b, rtol=1e-10)
     # a pair outside a fold's support has no Fisher entry in that fold's fit (0): exact where every
     # fold has it, a lower bound elsewhere
-    averaged, everywhere = average.fisher[1][whole.support], np.isin(whole.support, shared)
+    averaged, everywhere = average.fisher[1], np.isin(whole.support, shared)
     np.testing.assert_allclose(averaged[everywhere], f_w[everywhere], rtol=1e-10)
     assert np.all(averaged[~everywhere] <= f_w[~everywhere] + 1e-12) and (~everywhere).any()
     np.testing.assert_allclose(average.fisher[2], f_p, rtol=1e-10)
+    # every fold fit has the same weights where it has a pair: their mean there is that weight
+    np.testing.assert_allclose(average.weights[everywhere], dense_w[whole.support][everywhere], rtol=1e-14)
 
 
 def test_held_out_moments_match_the_dense_weight_arrays():
