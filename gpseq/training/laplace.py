@@ -18,8 +18,7 @@ group g, pairwise potentials P ~ N(0, σ²_P I), label biases b ~ N(0, σ²_b I)
    evidence fixed point per group, γ_g = Σ_{i∈g} (1 − s_i / σ²_g), σ²_g ← Σ_{i∈g} θ̂_i² / γ_g,
    then back to 1, warm-started.
 
-The default training around these fits (prior path, cross-fitting, calibration, refit) is
-`gpseq.training.prior_path`.
+The default training around these fits (prior path, cross-fitting, calibration, refit): `prior_path`.
 """
 
 from __future__ import annotations
@@ -67,8 +66,7 @@ class LaplaceFit:
     the posterior variance of every weight off the support (a pair or feature no training token
     has); None: those are fixed at 0 (a starting point). `fisher`: the likelihood's Fisher diagonals
     (b [V], W on the support [P], P [V, V]) at the means, which a fit started from this one
-    preconditions with. `weight_variance` None: 1 / (1/σ²_g + F_ii), computed when read (a prior
-    walk keeps two or three fits alive: each holds F, not that too)."""
+    preconditions with. `weight_variance` None: 1 / (1/σ²_g + F_ii), computed when read."""
 
     def __init__(self, num_features: int, bias: np.ndarray, support: np.ndarray, weights: np.ndarray,
                  weight_variance: np.ndarray | None, pairwise: np.ndarray, pairwise_variance: np.ndarray,
@@ -121,8 +119,7 @@ class LaplaceFit:
 
     def on(self, values: np.ndarray, support: np.ndarray) -> np.ndarray:
         """`values` on this fit's support, read at the flat indices `support` `[P']` (0 where this
-        support lacks one): no dense `[D, V]` array, whose float64 copy would be a large corpus's
-        peak."""
+        support lacks one), without a dense `[D, V]` array (a large corpus's peak in float64)."""
         own = self.support
         out = np.zeros(len(support), dtype=np.result_type(values, np.float64))
         if len(own):
@@ -267,8 +264,11 @@ def fit_laplace(
         def fun(theta):
             b, w, p = unpack(theta)
             nll, g_b, g_w, g_p = objective.value_and_grad(b, w, p)
-            prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(precision_w * w**2) + np.sum(p**2) / pair_var)
-            g_w += precision_w * w  # in place: one support-sized temporary fewer at the peak
+            scratch = np.square(w)  # W's prior term and gradient through one support-sized buffer
+            prior = 0.5 * (np.sum(b**2) / bias_var + np.sum(np.multiply(scratch, precision_w, out=scratch))
+                           + np.sum(p**2) / pair_var)
+            g_w += np.multiply(precision_w, w, out=scratch)
+            del scratch
             grad = np.concatenate([g_b + b / bias_var, g_w, (g_p + p / pair_var).ravel()])
             report.evaluations += 1
             last[0] = (nll + prior) / tokens
@@ -347,7 +347,8 @@ def average_fit(fits: list[LaplaceFit], support: np.ndarray) -> LaplaceFit:
     if k > 1 and all(fit.fisher is not None for fit in fits):
         share = 1.0 / (k - 1)
         fisher = (share * sum(fit.fisher[0] for fit in fits),
-                  share * sum(fit.on(fit.fisher[1], support) for fit in fits), share * sum(fit.fisher[2] for fit in fits))
+                  share * sum(fit.on(fit.fisher[1], support) for fit in fits),
+                  share * sum(fit.fisher[2] for fit in fits))
     return LaplaceFit(fits[0].num_features, sum(fit.bias for fit in fits) / k, support,
                       sum(fit.on(fit.weights, support) for fit in fits) / k, np.zeros(len(support)),
                       sum(fit.pairwise for fit in fits) / k, np.zeros((V, V)), fits[0].report, fisher=fisher)
