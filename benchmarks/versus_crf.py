@@ -74,7 +74,9 @@ shift.py (`_bootstrap.unseen` and `restrict`). For every system: oov_tokens (the
 oov_token_nll, oov_ece (15 bins, returned labels) and oov_accuracy (token accuracy, on chunk
 corpora too), left out where there is no OOV token; gpseq − crfsuite_t on oov_token_nll and
 oov_ece by the same paired bootstrap (whole sentences drawn, their OOV tokens kept) with a
-verdict. The OOV target: both below crfsuite_t's on a corpus (small-*: the fold means; no
+verdict; oov_ece_if_calibrated[_q95], the calibrated-system ECE on the OOV tokens alone (the floor
+below which an OOV ECE difference is not one the test set can show). The OOV target: both below
+crfsuite_t's on a corpus (small-*: the fold means; no
 bootstrap there), counted over every corpus run.
 
 Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
@@ -475,7 +477,8 @@ def bootstrap(corpus: str, metrics: dict, oov: np.ndarray | None = None) -> dict
     `significance/<corpus>/<metric>_vs_<peer>`: "better" / "worse" for gpseq when the interval
     excludes 0, else "tie"; the same on the tokens where `oov` holds (`OOV_BOOTSTRAPPED`; the
     sentences drawn as a whole, their OOV tokens kept) as `oov_<metric>`;
-    `<corpus>/<system>/ece_if_calibrated[_q95]` (`calibrated_ece`). Pops the per-token outcomes
+    `<corpus>/<system>/ece_if_calibrated[_q95]` (`calibrated_ece`), and `oov_ece_if_calibrated[_q95]`
+    on the OOV tokens. Pops the per-token outcomes
     from `metrics`."""
     results = {system: values.pop("outcomes") for system, values in metrics.items()}
     out = {}
@@ -491,6 +494,9 @@ def bootstrap(corpus: str, metrics: dict, oov: np.ndarray | None = None) -> dict
             out[f"{corpus}/gpseq_minus_{peer}/{name}"] = [diff, low, high]
             out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict(low, high, higher_is_better=name == "score")
     if oov is not None and oov.any():
+        for system, result in results.items():  # the same on the OOV tokens alone (fewer: a higher floor)
+            floor = calibrated_ece(restrict(result, oov))
+            out[f"{corpus}/{system}/oov_ece_if_calibrated"], out[f"{corpus}/{system}/oov_ece_if_calibrated_q95"] = floor
         for peer, names in OOV_BOOTSTRAPPED.items():
             pair = restrict(results["gpseq"], oov), restrict(results[peer], oov)
             for name, (diff, low, high) in paired_bootstrap(*pair, names).items():
@@ -660,6 +666,8 @@ ROWS = (  # (metric, label, format)
     ("oov_accuracy", "OOV accuracy %", lambda v: f"{100 * v:.2f}"),
     ("oov_token_nll", "OOV token NLL", lambda v: f"{v:.4f}"),
     ("oov_ece", "OOV ECE", lambda v: f"{v:.4f}"),
+    ("oov_ece_if_calibrated", "OOV ECE if calibrated, mean", lambda v: f"{v:.4f}"),
+    ("oov_ece_if_calibrated_q95", "OOV ECE if calibrated, 95 %", lambda v: f"{v:.4f}"),
     ("train_s", "train s (median)", lambda v: f"{v:.1f}"),
     ("tag_tokens_per_s", "tag tokens/s", lambda v: f"{v:,.0f}"),
     ("tag_warmup_s", "tag warm-up s", lambda v: f"{v:.1f}"),
