@@ -6,6 +6,7 @@ import copy
 import gzip
 import hashlib
 import json
+import math
 import os
 import shutil
 from functools import lru_cache
@@ -42,10 +43,20 @@ def get_corpus(name: str) -> dict:
 
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
+        return sha256_stream(handle)
+
+
+def sha256_stream(handle, limit: float = math.inf) -> str:
+    """Hex sha256 of what the binary `handle` holds from its position on, at most `limit` bytes of it
+    (read in blocks: memory stays bounded)."""
+    digest = hashlib.sha256()
+    while limit > 0:
+        block = handle.read(int(min(_CHUNK, limit)))
+        if not block:
+            break
+        digest.update(block)
+        limit -= len(block)
     return digest.hexdigest()
 
 

@@ -10,18 +10,16 @@ sizes and sha256; for a model saved without a manifest, the fixed set `_LEGACY_M
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 import numpy as np
 
-from gpseq.corpora import sha256_file
+from gpseq.corpora.catalogue import sha256_file, sha256_stream
 from gpseq.corpora._atomic import apply_umask, swap_dir, temp_dir_beside, writable_dir
 from gpseq.errors import ModelFormatError, OutputError
 from gpseq.saved.files import MAX_ARRAY_BYTES, MAX_JSON_BYTES, open_model_file, read_npz
@@ -30,18 +28,6 @@ from gpseq.saved.meta import FORMAT, META_FILE, read_model_meta
 # The only entries a model directory saved without a manifest may hold.
 _LEGACY_MODEL_FILES = frozenset({"tagger.json", "arrays.npz", "features/featurizer.json", "features/vocabulary.npz"})
 _LEGACY_MODEL_DIRS = frozenset({"features"})
-
-
-def _sha256_of(handle: BinaryIO, limit: float = math.inf) -> str:
-    """sha256 of what `handle` holds from its position on, at most `limit` bytes of it."""
-    digest = hashlib.sha256()
-    while limit > 0:
-        block = handle.read(int(min(1 << 20, limit)))
-        if not block:
-            break
-        digest.update(block)
-        limit -= len(block)
-    return digest.hexdigest()
 
 
 def file_manifest(root: Path) -> dict:
@@ -232,7 +218,7 @@ def verify_manifest(directory: Path, meta_path: Path, manifest) -> None:
                 raise ModelFormatError(f"{path}: {what}, {meta_path.name} records {recorded:,} bytes "
                                        "(truncated or changed since gpseq wrote it)" if valid else
                                        f"{path}: {what}; {meta_path.name} records no valid size")
-            digest = _sha256_of(handle, size)  # no further than the size checked
+            digest = sha256_stream(handle, size)  # no further than the size checked
         if digest != record.get("sha256"):
             raise ModelFormatError(f"{path}: sha256 does not match {meta_path.name} (changed since gpseq wrote it)")
 
