@@ -76,8 +76,7 @@ corpora too), left out where there is no OOV token; gpseq − crfsuite_t on oov_
 oov_ece by the same paired bootstrap (whole sentences drawn, their OOV tokens kept) with a
 verdict; oov_ece_if_calibrated[_q95], the calibrated-system ECE on the OOV tokens alone (the floor
 below which an OOV ECE difference is not one the test set can show). The OOV target: both below
-crfsuite_t's on a corpus (small-*: the fold means; no
-bootstrap there), counted over every corpus run.
+crfsuite_t's on a corpus (small-*: the fold means; no bootstrap there), counted over every corpus run.
 
 Corpora (`--only` takes names or prefixes: conll2000, crfpp, small, shift …):
   conll2000-chunk   CoNLL-2000 train.txt → test.txt, --features chunking
