@@ -493,12 +493,12 @@ def bootstrap(corpus: str, metrics: dict, oov: np.ndarray | None = None) -> dict
             out[f"{corpus}/gpseq_minus_{peer}/{name}"] = [diff, low, high]
             out[f"significance/{corpus}/{name}_vs_{peer}"] = verdict(low, high, higher_is_better=name == "score")
     if oov is not None and oov.any():
-        for system, result in results.items():  # the same on the OOV tokens alone (fewer: a higher floor)
-            floor = calibrated_ece(restrict(result, oov))
+        narrowed = {system: restrict(result, oov) for system, result in results.items()}  # each system's once
+        for system, result in narrowed.items():  # the calibrated floor on the OOV tokens alone (fewer: higher)
+            floor = calibrated_ece(result)
             out[f"{corpus}/{system}/oov_ece_if_calibrated"], out[f"{corpus}/{system}/oov_ece_if_calibrated_q95"] = floor
         for peer, names in OOV_BOOTSTRAPPED.items():
-            pair = restrict(results["gpseq"], oov), restrict(results[peer], oov)
-            for name, (diff, low, high) in paired_bootstrap(*pair, names).items():
+            for name, (diff, low, high) in paired_bootstrap(narrowed["gpseq"], narrowed[peer], names).items():
                 out[f"{corpus}/gpseq_minus_{peer}/oov_{name}"] = [diff, low, high]
                 out[f"significance/{corpus}/oov_{name}_vs_{peer}"] = verdict(low, high)
     return out

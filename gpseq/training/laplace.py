@@ -62,11 +62,11 @@ class PredictiveParts(NamedTuple):
 class LaplaceFit:
     """q(b, W, P) of a fit: means and diagonal variances; W on the `support` only (flat f·V + v).
 
-    `prior_variance`: σ²_g of each feature's group `[D]` (with `feature_groups [D]`: one per group),
-    the posterior variance of every weight off the support (a pair or feature no training token
-    has); None: those are fixed at 0 (a starting point). `fisher`: the likelihood's Fisher diagonals
-    (b [V], W on the support [P], P [V, V]) at the means, which a fit started from this one
-    preconditions with. `weight_variance` None: 1 / (1/σ²_g + F_ii), computed when read."""
+    `prior_variance`: σ²_g of each feature's group `[D]` (with `feature_groups [D]`: one per group), the posterior
+    variance of every weight off the support (a pair or feature no training token has); None: those are fixed at 0
+    (a starting point). `fisher`: the likelihood's Fisher diagonals (b [V], W on the support [P], P [V, V]) at the
+    means, which a fit started from this one preconditions with. `weight_variance` None: 1 / (1/σ²_g + F_ii),
+    computed when read (a prior walk keeps two or three fits alive: each holds F, not that too)."""
 
     def __init__(self, num_features: int, bias: np.ndarray, support: np.ndarray, weights: np.ndarray,
                  weight_variance: np.ndarray | None, pairwise: np.ndarray, pairwise_variance: np.ndarray,
