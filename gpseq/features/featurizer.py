@@ -22,12 +22,12 @@ featurizer saved without `unseen_shared` uses. In hashing mode, or with L2-norma
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from gpseq.errors import ConfigError, ModelFormatError
 from gpseq.features.config import FeatureConfig
 from gpseq.features.matrix import FeatureMatrix
 from gpseq.features.padded import PAD_ID
+from gpseq.features.rows import CsrRows
 from gpseq.features.saved import (FORMAT_NAME, FORMAT_VERSION, read_featurizer_json, read_vocabulary,
                                   write_featurizer)
 from gpseq.features.templates import FeatureTemplate
@@ -381,20 +381,13 @@ class Featurizer:
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(active.sum(axis=1), out=indptr[1:])
         indices = slots[active]
-        rows = sp.csr_matrix(
-            (np.ones(len(indices), dtype=dtype) if values is None else values, indices, indptr),
-            shape=(n, self._n_features)
-        )
+        rows = CsrRows(np.ones(len(indices), dtype=dtype) if values is None else values, indices, indptr,
+                       (n, self._n_features))
         if self.hashing:
-            rows.sum_duplicates()  # collisions within a row; also sorts the indices
-            if self.config.binary:
-                rows.data[:] = 1
-        else:
-            rows.has_sorted_indices = True  # the slots were sorted above; column 0 comes first
-        if self.config.l2_normalize and rows.nnz:
-            norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=1)).ravel())
-            norms[norms == 0] = 1
-            rows.data /= np.repeat(norms, np.diff(rows.indptr)).astype(dtype)
+            rows = rows.merged_duplicates(binary=self.config.binary)
+        if self.config.l2_normalize:
+            rows = rows.l2_normalised()
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return FeatureMatrix(rows, offsets)
+

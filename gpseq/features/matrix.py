@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
 
 from gpseq.features.padded import PAD_ID, ranges
+from gpseq.features.rows import CsrRows
 
 
 @dataclass
 class FeatureMatrix:
-    """Feature rows of a batch of sentences: CSR `rows [N_tokens, D]`, `offsets [B+1]` (int64).
+    """Feature rows of a batch of sentences: `csr [N_tokens, D]` (NumPy CSR arrays), `offsets [B+1]`
+    (int64). Sentence b is rows `offsets[b]:offsets[b+1]`.
 
-    Sentence b is rows `offsets[b]:offsets[b+1]`.
+    `rows` is the same matrix as a `scipy.sparse.csr_matrix` (sharing the arrays), for training and
+    every other consumer of SciPy's operations; tagging reads `csr` and never imports SciPy.
     """
 
-    rows: sp.csr_matrix
+    csr: CsrRows
     offsets: np.ndarray
+
+    @cached_property
+    def rows(self):
+        """The rows as a `scipy.sparse.csr_matrix` `[N_tokens, D]`. SciPy may narrow the index arrays
+        (a copy): `csr` then reads its arrays, so one copy of each is held."""
+        matrix = self.csr.to_scipy()
+        self.csr = CsrRows(matrix.data, matrix.indices, matrix.indptr, matrix.shape)
+        return matrix
 
     @property
     def lengths(self) -> np.ndarray:
@@ -27,12 +38,12 @@ class FeatureMatrix:
 
     @property
     def n_features(self) -> int:
-        return self.rows.shape[1]
+        return self.csr.shape[1]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def sentence(self, b: int) -> sp.csr_matrix:
+    def sentence(self, b: int):
         """The rows `[T_b, D]` of sentence b."""
         return self.rows[int(self.offsets[b]) : int(self.offsets[b + 1])]
 
@@ -49,7 +60,7 @@ class FeatureMatrix:
         n_seq = len(sentence_ids)
         time = int(lengths.max()) if n_seq else 0
         token_ids = ranges(starts, stops)
-        indptr = self.rows.indptr
+        indptr = self.csr.indptr
         row_nnz = (indptr[token_ids + 1] - indptr[token_ids]).astype(np.int64)
         needed = int(row_nnz.max()) if row_nnz.size else 0
         if width is None:
@@ -57,12 +68,12 @@ class FeatureMatrix:
         elif width < needed:
             raise ValueError(f"width {width} < largest row nnz {needed}")
         indices = np.full((n_seq, time, width), PAD_ID, dtype=np.int32)
-        values = np.zeros((n_seq, time, width), dtype=self.rows.dtype)
+        values = np.zeros((n_seq, time, width), dtype=self.csr.dtype)
         seq_of = np.repeat(np.arange(n_seq), lengths)
         pos = np.arange(len(token_ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         element = ranges(indptr[token_ids], indptr[token_ids + 1])
         element_token = np.repeat(np.arange(len(token_ids)), row_nnz)
         slot = np.arange(len(element)) - np.repeat(np.cumsum(row_nnz) - row_nnz, row_nnz)
-        indices[seq_of[element_token], pos[element_token], slot] = self.rows.indices[element]
-        values[seq_of[element_token], pos[element_token], slot] = self.rows.data[element]
+        indices[seq_of[element_token], pos[element_token], slot] = self.csr.indices[element]
+        values[seq_of[element_token], pos[element_token], slot] = self.csr.data[element]
         return indices, values, lengths

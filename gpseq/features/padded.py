@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 PAD_ID = 0
 
@@ -24,12 +23,17 @@ class PaddedRows(NamedTuple):
     values: object  # [..., F] float (np.ndarray or tf.Tensor), 0 at padding
 
 
-def padded_from_csr(rows: sp.csr_matrix, width: int | None = None, dtype=np.float64) -> PaddedRows:
+def padded_from_csr(rows, width: int | None = None, dtype=np.float64) -> PaddedRows:
     """CSR rows `[N, D]` → `PaddedRows(indices [N, F], values [N, F])`, vectorised (no loop over rows).
 
     `width` fixes F (must be ≥ the largest row nnz); by default F = max(1, largest row nnz).
     """
-    rows = sp.csr_matrix(rows)
+    from gpseq.features.rows import CsrRows
+
+    if not isinstance(rows, CsrRows):  # CsrRows has the CSR arrays read below; anything else becomes CSR
+        import scipy.sparse as sp
+
+        rows = sp.csr_matrix(rows)
     counts = np.diff(rows.indptr)
     needed = int(counts.max()) if counts.size else 0
     if width is None:
@@ -46,8 +50,10 @@ def padded_from_csr(rows: sp.csr_matrix, width: int | None = None, dtype=np.floa
     return PaddedRows(indices, values)
 
 
-def csr_from_padded(padded: PaddedRows, n_features: int) -> sp.csr_matrix:
+def csr_from_padded(padded: PaddedRows, n_features: int):
     """Inverse of `padded_from_csr` (padding dropped): `[N, F]` pair → CSR `[N, n_features]`."""
+    import scipy.sparse as sp
+
     indices = np.asarray(padded.indices)
     values = np.asarray(padded.values)
     keep = values != 0

@@ -68,7 +68,7 @@ class LinearPredictive:
         tokens = ranges(data.offsets[ids], data.offsets[ids + 1])
         rows = data.rows[tokens].astype(self.dtype)
         mean = rows @ self.weights + self.bias  # [n, V]
-        variance = rows.multiply(rows) @ self.weight_variance
+        variance = rows.power(2) @ self.weight_variance
         calibrated, _ = calibrated_potentials(mean, variance, self.pairwise, self.pairwise_variance, self.alpha,
                                               self.temperature)
         B, T, V = len(ids), int(lengths.max()) if len(ids) else 0, len(self.bias)

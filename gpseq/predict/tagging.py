@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from gpseq.cancellation import check_cancelled, stopping_when
 from gpseq.config import TaggerConfig, check_window
@@ -72,7 +71,7 @@ class TaggingModel:
         sentence). A sentence longer than `max_tokens` (default: the config's
         `predict_max_tokens`) is tagged in overlapping windows of that many tokens and yielded
         alone, stitched (see `tag`)."""
-        data = SequenceData(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), None)
+        data = SequenceData(matrix.csr, np.asarray(matrix.offsets, dtype=np.int64), None)
         max_tokens = max_tokens or self.config.predict_max_tokens
         check_window(max_tokens, self.config.predict_overlap)
         yield from self.predictor.predict(data, mean=self._deterministic(mean, samples),

@@ -13,11 +13,16 @@ instead of all D. Everything is vectorised numpy: no Python loop over tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from gpseq.features.padded import PAD_ID, padded_from_csr, ranges
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+    from gpseq.features.rows import CsrRows
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -31,10 +36,10 @@ UNLABELLED_ID = -2  # a token without a gold label (`?`, partial annotation): ma
 
 @dataclass
 class SequenceData:
-    """A featurised corpus: CSR rows `[N_tokens, D]`, sentence offsets `[B+1]`, flat label ids `[N]`
-    (`UNKNOWN_LABEL_ID`, `UNLABELLED_ID` below 0)."""
+    """A featurised corpus: CSR rows `[N_tokens, D]` (SciPy's for training, `CsrRows` when tagging),
+    sentence offsets `[B+1]`, flat label ids `[N]` (`UNKNOWN_LABEL_ID`, `UNLABELLED_ID` below 0)."""
 
-    rows: sp.csr_matrix
+    rows: sp.csr_matrix | CsrRows
     offsets: np.ndarray
     label_ids: np.ndarray | None = None
 
@@ -67,6 +72,8 @@ class SequenceData:
     def featurised(cls, featurizer, sentences: list, label_index: dict | None = None) -> "SequenceData":
         """`sentences` through `featurizer.transform`, with their labels as ids of `label_index`
         (`UNLABELLED_ID` for `?`, `UNKNOWN_LABEL_ID` for a label it lacks; None: no labels)."""
+        import scipy.sparse as sp
+
         from gpseq.corpora.types import UNLABELLED
 
         matrix = featurizer.transform(sentences)

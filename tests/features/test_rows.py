@@ -1,0 +1,93 @@
+"""`CsrRows` against SciPy's CSR and dense arithmetic, and a tagging path that never imports SciPy."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpseq.features import rows as rows_module
+from gpseq.features.rows import CsrRows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _random_rows(seed: int, n: int = 40, d: int = 30, dtype=np.float32, empty_every: int = 7) -> CsrRows:
+    rng = np.random.default_rng(seed)
+    dense = (rng.random((n, d)) < 0.2) * rng.integers(1, 4, (n, d))
+    dense[::empty_every] = 0  # some rows without features
+    matrix = sp.csr_matrix(dense.astype(dtype))
+    return CsrRows(matrix.data, matrix.indices, matrix.indptr.astype(np.int64), matrix.shape)
+
+
+@pytest.mark.parametrize("threshold", [0, 10**9])  # the SciPy product and the NumPy one
+def test_product_matches_dense(monkeypatch, threshold):
+    monkeypatch.setattr(rows_module, "SCIPY_NNZ", threshold)
+    rows = _random_rows(0)
+    weights = np.random.default_rng(1).normal(size=(30, 5)).astype(np.float32)
+    dense = rows.to_scipy().toarray().astype(np.float64)
+    np.testing.assert_allclose(rows @ weights, dense @ weights, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rows.power(2) @ weights, (dense ** 2) @ weights, rtol=1e-5, atol=1e-5)
+    assert (rows @ weights).dtype == np.float32 and (rows @ weights.astype(np.float64)).dtype == np.float64
+
+
+def test_row_selection_matches_scipy():
+    rows = _random_rows(2)
+    matrix = rows.to_scipy()
+    for key in [slice(3, 17), slice(0, 0), slice(35, 60), np.array([5, 0, 5, 39, 7]), np.array([], dtype=int)]:
+        picked = rows[key]
+        expected = matrix[key]
+        assert picked.shape == expected.shape
+        np.testing.assert_array_equal(picked.to_scipy().toarray(), expected.toarray())
+    nested = rows[10:30][np.array([0, 19, 3])]  # a slice's arrays start past 0 in the parent's
+    np.testing.assert_array_equal(nested.to_scipy().toarray(), matrix[[10, 29, 13]].toarray())
+    weights = np.arange(60, dtype=np.float32).reshape(30, 2)
+    np.testing.assert_array_equal(rows[10:30] @ weights, matrix[10:30] @ weights)
+    with pytest.raises(ValueError, match="step 1"):
+        rows[::2]
+
+
+def test_merged_duplicates_and_l2_norm_match_dense():
+    # row 0 repeats column 2 (a hash collision), row 1 is empty, row 2 has one column
+    rows = CsrRows(np.array([1.0, 1.0, 2.0, 3.0], np.float32), np.array([2, 0, 2, 4], np.int32),
+                   np.array([0, 3, 3, 4], np.int64), (3, 5))
+    merged = rows.merged_duplicates()
+    np.testing.assert_array_equal(merged.to_scipy().toarray(),
+                                  [[1, 0, 3, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 3]])
+    assert merged.indices.tolist() == [0, 2, 4]
+    assert rows.merged_duplicates(binary=True).data.tolist() == [1, 1, 1]
+    assert rows.indices.tolist() == [2, 0, 2, 4] and rows.data.tolist() == [1, 1, 2, 3]  # left as they were
+    unit = merged.l2_normalised().to_scipy().toarray()
+    np.testing.assert_allclose(unit, [[1 / np.sqrt(10), 0, 3 / np.sqrt(10), 0, 0], [0] * 5, [0, 0, 0, 0, 1]],
+                               rtol=1e-6)
+
+
+def test_one_sentence_tag_never_imports_scipy(tmp_path, monkeypatch):
+    """A pre-tokenised sentence through `gpseq tag` leaves `scipy` unimported: its import is most of
+    a one-sentence run's start-up. Its tags and confidences are those of SciPy's product."""
+    model = ROOT / "models" / "en_pos_conll2000"
+    if not (model / "arrays.npz").is_file():
+        pytest.skip("the pretrained POS model is not in this checkout")
+    text = tmp_path / "one.conll"
+    text.write_text("The\ncat\nsat\non\nthe\nmat\n.\n\n", encoding="utf-8")
+    script = (
+        "import sys\n"
+        "from gpseq.cli import main\n"
+        f"sys.argv = ['gpseq', 'tag', {str(model)!r}, {str(text)!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        "print('SCIPY', sorted(name for name in sys.modules if name.startswith('scipy')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert "SCIPY []" in out.stdout, out.stdout[-2000:]
+    lines = [line.split("\t") for line in out.stdout.splitlines() if "\t" in line]
+    from gpseq.corpora import read_corpus
+    from gpseq.tagger import Tagger
+
+    monkeypatch.setattr(rows_module, "SCIPY_NNZ", 0)  # every product through scipy.sparse
+    [expected] = Tagger.load(model).tag(read_corpus(text, label_column=None))
+    assert [label for _, label, _ in lines] == list(expected.labels)
+    confidence = expected.probabilities[np.arange(len(lines)), [expected.label_set.index(label)
+                                                               for label in expected.labels]]
+    np.testing.assert_allclose([float(p) for _, _, p in lines], confidence, atol=2e-6)
