@@ -4,11 +4,17 @@ bundled sample, GPflow for the comparison tests. Helpers that test modules impor
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# raw text's tokenizer rules are cached here, not in the user's cache directory (CLI subprocesses inherit it)
+_CACHE = None if "GPSEQ_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="gpseq-test-cache-")
+if _CACHE is not None:
+    os.environ["GPSEQ_CACHE_DIR"] = _CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "corpora" / "sample"
@@ -48,6 +54,11 @@ GPFLOW_ABSENT = ("gpflow not installed: the GPflow comparison tests run in a sec
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpflow: compares against GPflow (the `gpflow` fixture); skipped when "
                                        "gpflow is absent, run by .ci/run in its gpflow-test venv")
+
+
+def pytest_unconfigure(config):
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)

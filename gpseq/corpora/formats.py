@@ -25,7 +25,7 @@ from gpseq.corpora.conll import Source, iter_conll
 from gpseq.corpora.conllu import iter_conllu
 from gpseq.corpora.docbin import iter_docbin
 from gpseq.corpora.jsonl import iter_jsonl
-from gpseq.corpora.text import TEXT_MAX_TOKENS, blank_nlp, iter_text
+from gpseq.corpora.text import TEXT_MAX_TOKENS, iter_text, text_pipeline
 from gpseq.corpora.types import Sentence
 from gpseq.errors import ConfigError, InputFormatError
 
@@ -116,7 +116,7 @@ def _read_text(source: Source, name: str, options: ReadOptions) -> Iterator[Sent
         raise InputFormatError(where, None, "raw text has no labels; a labelled corpus is needed "
                                             "(--format conll, crfpp, conllu, jsonl or spacy)")
     if options.nlp is None:
-        options.nlp = blank_nlp(options.lang)
+        options.nlp = text_pipeline(options.lang)
     return iter_text(source, options.nlp, encoding=options.encoding, name=name, max_tokens=options.text_max_tokens)
 
 

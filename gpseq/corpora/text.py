@@ -1,5 +1,9 @@
 """Raw text as sentences: spaCy's tokeniser and sentencizer, in pieces of bounded size.
 
+`text_pipeline` gives the raw-text readers spaCy's pipeline once per language; after that, while the
+installed spaCy stays the same, the same tokens and sentences come from its rules cached as data
+(`gpseq.corpora.rule_tokenizer`), without importing spaCy.
+
 Neither spaCy nor the tagger ever sees an unbounded input: spaCy gets at most TEXT_MAX_CHARS
 characters per call (its own limit, nlp.max_length, is 1,000,000), so longer lines are cut at
 whitespace; a sentence of more than `max_tokens` tokens (raw text without sentence punctuation)
@@ -114,6 +118,25 @@ def blank_nlp(lang: str, setting: str = "language"):
         except Exception as err:  # spaCy raises ImportError/KeyError-like errors for unknown codes
             raise ConfigError(f"{setting} {lang!r}: no spaCy language ({err})") from None
     return _BLANK_NLPS[lang]
+
+
+def text_pipeline(lang: str, setting: str = "language"):
+    """What raw text of `lang` is read with: spaCy's tokenizer and sentencizer replayed from the rules an
+    earlier run cached (`rule_tokenizer.fast_text_pipeline`: the same tokens and sentences without importing
+    spaCy, a second of a one-sentence `gpseq tag`), else `blank_nlp`, whose rules are then cached for the
+    next run (where the cache can be written). Built once per language and process."""
+    from gpseq.corpora.rule_tokenizer import fast_text_pipeline, remember_rules
+
+    if lang not in _TEXT_PIPELINES:
+        fast = fast_text_pipeline(lang)
+        if fast is None:
+            fast = blank_nlp(lang, setting)
+            remember_rules(lang)
+        _TEXT_PIPELINES[lang] = fast
+    return _TEXT_PIPELINES[lang]
+
+
+_TEXT_PIPELINES: dict = {}
 
 
 def cut_at_whitespace(text: str | Iterable[str], limit: int) -> Iterator[tuple[int, str]]:

@@ -7,8 +7,8 @@ from functools import cached_property
 
 import numpy as np
 
-from gpseq.features.padded import PAD_ID, ranges
-from gpseq.features.rows import CsrRows
+from gpseq.features.padded import PAD_ID
+from gpseq.features.rows import CsrRows, ranges
 
 
 @dataclass

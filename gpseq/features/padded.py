@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gpseq.features.rows import CsrRows
+
 PAD_ID = 0
 
 
@@ -28,8 +30,6 @@ def padded_from_csr(rows, width: int | None = None, dtype=np.float64) -> PaddedR
 
     `width` fixes F (must be ≥ the largest row nnz); by default F = max(1, largest row nnz).
     """
-    from gpseq.features.rows import CsrRows
-
     if not isinstance(rows, CsrRows):  # CsrRows has the CSR arrays read below; anything else becomes CSR
         import scipy.sparse as sp
 
@@ -59,13 +59,3 @@ def csr_from_padded(padded: PaddedRows, n_features: int):
     keep = values != 0
     row_of = np.nonzero(keep)[0]
     return sp.csr_matrix((values[keep], (row_of, indices[keep])), shape=(indices.shape[0], n_features))
-
-
-def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, stop) for each pair, vectorised (int64)."""
-    counts = np.asarray(stops) - np.asarray(starts)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(total, dtype=np.int64) + shift

@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpseq.features.padded import ranges
 
 SCIPY_NNZ = 50_000  # stored values from which a product with dense weights goes through scipy.sparse
 
@@ -100,3 +99,13 @@ class CsrRows(NamedTuple):
             products = dense[self.indices[low:self.indptr[-1]]] * self.data[low:self.indptr[-1], None]
             out[filled] = np.add.reduceat(products, self.indptr[:-1][filled] - low, axis=0)
         return out
+
+
+def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, stop) for each pair, vectorised (int64)."""
+    counts = np.asarray(stops) - np.asarray(starts)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(total, dtype=np.int64) + shift

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpseq.features.padded import ranges
+from gpseq.features.rows import ranges
 from gpseq.structured.numpy_chain import viterbi
 from gpseq.structured.spans import ChainPosterior
 from gpseq.training.calibration import calibrated_potentials

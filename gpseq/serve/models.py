@@ -80,7 +80,7 @@ class ServedModel:
         """Raw text as the sentences `gpseq tag` reads from a text file (spaCy tokeniser and
         sentencizer of the model's language, `gpseq.corpora.text`), at most `max_sentences` + 1
         (enough to tell that a text has too many); thread-safe."""
-        from gpseq.corpora.text import TEXT_MAX_TOKENS, blank_nlp, iter_text
+        from gpseq.corpora.text import TEXT_MAX_TOKENS, iter_text, text_pipeline
 
         if not self.accepts_text:
             raise RequestError(422, f"model {self.name!r} reads corpus column(s) {self.columns} besides the "
@@ -88,7 +88,7 @@ class ServedModel:
                                     "not \"text\"")
         with self._nlp_lock:  # one spaCy pipeline per model, called by one thread at a time
             if self._nlp is None:
-                self._nlp = blank_nlp(self.lang)
+                self._nlp = text_pipeline(self.lang)
             sentences = []
             # lines end at \n (a \r before it dropped) as a text file's do for `gpseq tag`, not also
             # at a lone \r, U+2028, form feeds … as `str.splitlines` would: the same blocks and line numbers

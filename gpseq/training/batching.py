@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpseq.features.padded import PAD_ID, padded_from_csr, ranges
+from gpseq.features.padded import PAD_ID, padded_from_csr
+from gpseq.features.rows import ranges
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

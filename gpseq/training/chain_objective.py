@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpseq.features.padded import ranges
+from gpseq.features.rows import ranges
 from gpseq.structured.numpy_chain import TimeMajor
 from gpseq.training.batching import UNLABELLED_ID, SequenceData
 from gpseq.training.row_blocks import RowBlocks, csr_on, ones

@@ -1,8 +1,4 @@
-"""`CsrRows` against SciPy's CSR and dense arithmetic, and a tagging path that never imports SciPy."""
-
-import subprocess
-import sys
-from pathlib import Path
+"""`CsrRows` against SciPy's CSR and dense arithmetic."""
 
 import numpy as np
 import pytest
@@ -10,8 +6,6 @@ import scipy.sparse as sp
 
 from gpseq.features import rows as rows_module
 from gpseq.features.rows import CsrRows
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _random_rows(seed: int, n: int = 40, d: int = 30, dtype=np.float32, empty_every: int = 7) -> CsrRows:
@@ -62,32 +56,3 @@ def test_merged_duplicates_and_l2_norm_match_dense():
     unit = merged.l2_normalised().to_scipy().toarray()
     np.testing.assert_allclose(unit, [[1 / np.sqrt(10), 0, 3 / np.sqrt(10), 0, 0], [0] * 5, [0, 0, 0, 0, 1]],
                                rtol=1e-6)
-
-
-def test_one_sentence_tag_never_imports_scipy(tmp_path, monkeypatch):
-    """A pre-tokenised sentence through `gpseq tag` leaves `scipy` unimported: its import is most of
-    a one-sentence run's start-up. Its tags and confidences are those of SciPy's product."""
-    model = ROOT / "models" / "en_pos_conll2000"
-    if not (model / "arrays.npz").is_file():
-        pytest.skip("the pretrained POS model is not in this checkout")
-    text = tmp_path / "one.conll"
-    text.write_text("The\ncat\nsat\non\nthe\nmat\n.\n\n", encoding="utf-8")
-    script = (
-        "import sys\n"
-        "from gpseq.cli import main\n"
-        f"sys.argv = ['gpseq', 'tag', {str(model)!r}, {str(text)!r}]\n"
-        "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
-        "print('SCIPY', sorted(name for name in sys.modules if name.startswith('scipy')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
-    assert "SCIPY []" in out.stdout, out.stdout[-2000:]
-    lines = [line.split("\t") for line in out.stdout.splitlines() if "\t" in line]
-    from gpseq.corpora import read_corpus
-    from gpseq.tagger import Tagger
-
-    monkeypatch.setattr(rows_module, "SCIPY_NNZ", 0)  # every product through scipy.sparse
-    [expected] = Tagger.load(model).tag(read_corpus(text, label_column=None))
-    assert [label for _, label, _ in lines] == list(expected.labels)
-    confidence = expected.probabilities[np.arange(len(lines)), [expected.label_set.index(label)
-                                                               for label in expected.labels]]
-    np.testing.assert_allclose([float(p) for _, _, p in lines], confidence, atol=2e-6)
