@@ -11,7 +11,7 @@ each row's products in its stored order, starting from the first, so they agree 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -92,14 +92,20 @@ class CsrRows(NamedTuple):
         """`rows @ dense` `[N, V]` for a dense `[D, V]`, in the result type of both dtypes."""
         if self.nnz >= SCIPY_NNZ:
             return self.to_scipy() @ dense
-        low = self.indptr[0]
-        out = np.zeros((self.shape[0], dense.shape[1]), dtype=np.result_type(self.data, dense))
+        return self.product(dense.__getitem__)
+
+    def product(self, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`rows @ M` `[N, V]` by NumPy, for the dense `M` whose rows at columns `c` are `rows_of(c)`
+        (`M.__getitem__`, or a function computing only those rows)."""
+        low, high = self.indptr[0], self.indptr[-1]
+        products = rows_of(self.indices[low:high])
+        dtype = np.result_type(self.data, products)
+        products = products.astype(dtype, copy=False) * self.data[low:high, None]
+        out = np.zeros((self.shape[0], products.shape[1]), dtype=products.dtype)
         filled = self.indptr[1:] > self.indptr[:-1]
         if filled.any():
-            products = dense[self.indices[low:self.indptr[-1]]] * self.data[low:self.indptr[-1], None]
             out[filled] = np.add.reduceat(products, self.indptr[:-1][filled] - low, axis=0)
         return out
-
 
 def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """Concatenation of arange(start, stop) for each pair, vectorised (int64)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpseq.features.rows import ranges
+from gpseq.features.rows import SCIPY_NNZ, CsrRows, ranges
 from gpseq.structured.numpy_chain import viterbi
 from gpseq.structured.spans import ChainPosterior
 from gpseq.training.calibration import calibrated_potentials
@@ -41,12 +41,22 @@ class LinearPredictive:
     """q(b, W, P) of a weight-space linear-chain model and its calibration, as NumPy arrays."""
 
     def __init__(self, bias, weights, weight_variance, pairwise, pairwise_variance, alpha: float,
-                 temperature: float, dtype=np.float32):
-        self.bias, self.weights, self.weight_variance = bias, weights, weight_variance
+                 temperature: float, dtype=np.float32, raw_weight_variance=None):
+        """`weight_variance` `[D, V]`, or None with `raw_weight_variance`, its softplus parameter (as a
+        model stores it): then a product over a few rows takes the softplus of those rows only, and the
+        whole matrix is computed on first need (a third of a one-sentence model load otherwise)."""
+        self.bias, self.weights, self._weight_variance = bias, weights, weight_variance
+        self._raw_weight_variance = raw_weight_variance
         self.pairwise, self.pairwise_variance = pairwise, pairwise_variance
         self.alpha, self.temperature, self.dtype = float(alpha), float(temperature), dtype
         _, self.calibrated_pairwise = calibrated_potentials(np.zeros((0, len(bias))), np.zeros((0, len(bias))),
                                                             pairwise, pairwise_variance, self.alpha, self.temperature)
+
+    @property
+    def weight_variance(self) -> np.ndarray:
+        if self._weight_variance is None:
+            self._weight_variance = _softplus(self._raw_weight_variance, np.dtype(self.dtype).type)
+        return self._weight_variance
 
     @classmethod
     def from_state(cls, model_config, arrays: dict, dtype=np.float32) -> "LinearPredictive | None":
@@ -56,10 +66,10 @@ class LinearPredictive:
                 or set(arrays) != STATE_KEYS):
             return None
         get = lambda name: np.asarray(arrays[name], dtype=np.float64)  # noqa: E731
-        return cls(get("var:label_bias"), np.asarray(arrays["var:linear/q_mu"], dtype=dtype),
-                   _softplus(arrays["var:linear/q_variance/_pretransformed_input"], np.dtype(dtype).type),
+        return cls(get("var:label_bias"), np.asarray(arrays["var:linear/q_mu"], dtype=dtype), None,
                    get("var:pairwise_mean"), _softplus(arrays["var:pairwise_variance/_pretransformed_input"]),
-                   float(arrays["var:variance_scale"]), float(arrays["var:temperature"]), dtype)
+                   float(arrays["var:variance_scale"]), float(arrays["var:temperature"]), dtype,
+                   raw_weight_variance=np.asarray(arrays["var:linear/q_variance/_pretransformed_input"]))
 
     def _padded(self, data, ids):
         """Posterior-mean and calibrated unaries `[B, T, V]` (float64, 0 past a length), lengths `[B]`
@@ -68,7 +78,12 @@ class LinearPredictive:
         tokens = ranges(data.offsets[ids], data.offsets[ids + 1])
         rows = data.rows[tokens].astype(self.dtype)
         mean = rows @ self.weights + self.bias  # [n, V]
-        variance = rows.power(2) @ self.weight_variance
+        squared = rows.power(2)
+        if self._weight_variance is None and isinstance(squared, CsrRows) and squared.nnz < SCIPY_NNZ:
+            dtype = np.dtype(self.dtype).type  # a few rows: the softplus of the variances they read only
+            variance = squared.product(lambda columns: _softplus(self._raw_weight_variance[columns], dtype))
+        else:
+            variance = squared @ self.weight_variance
         calibrated, _ = calibrated_potentials(mean, variance, self.pairwise, self.pairwise_variance, self.alpha,
                                               self.temperature)
         B, T, V = len(ids), int(lengths.max()) if len(ids) else 0, len(self.bias)

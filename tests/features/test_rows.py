@@ -56,3 +56,18 @@ def test_merged_duplicates_and_l2_norm_match_dense():
     unit = merged.l2_normalised().to_scipy().toarray()
     np.testing.assert_allclose(unit, [[1 / np.sqrt(10), 0, 3 / np.sqrt(10), 0, 0], [0] * 5, [0, 0, 0, 0, 1]],
                                rtol=1e-6)
+
+
+def test_product_of_computed_rows_equals_the_matrix_product():
+    """`product(f)` with f computing the rows it is asked for (a softplus of a stored parameter, as the
+    linear predictive's variances) equals the product with the whole transformed matrix, bit for bit."""
+    rows = _random_rows(3)
+    raw = np.random.default_rng(4).normal(size=(30, 4)).astype(np.float32)
+    asked = []
+
+    def softplus_rows(columns):
+        asked.append(np.unique(columns))
+        return np.logaddexp(np.float32(0), raw[columns])
+
+    np.testing.assert_array_equal(rows.product(softplus_rows), rows @ np.logaddexp(np.float32(0), raw))
+    assert set(asked[0]) == set(rows.indices.tolist())  # only the columns the rows hold
