@@ -6,7 +6,8 @@ of a second (its array-API layer loads parts of NumPy a tagger never uses), whic
 `gpseq tag` of one sentence waits for. So the rows stay plain NumPy arrays; a product with fewer
 than `SCIPY_NNZ` stored values is a NumPy gather and segment sum, a larger one goes through
 `scipy.sparse` (imported then, once), whose loop is several times faster on a corpus. Both sum
-each row's products in its stored order, starting from the first, so they agree bit for bit.
+each row's products in its stored order; SciPy's compiled loop may fuse each multiply-add, so the
+two agree to a few units in the last place, not bit for bit.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import numpy as np
-
 
 SCIPY_NNZ = 50_000  # stored values from which a product with dense weights goes through scipy.sparse
 
