@@ -390,4 +390,3 @@ class Featurizer:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return FeatureMatrix(rows, offsets)
-
