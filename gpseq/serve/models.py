@@ -86,7 +86,7 @@ class ServedModel:
             raise RequestError(422, f"model {self.name!r} reads corpus column(s) {self.columns} besides the "
                                     "token (e.g. POS tags): send \"sentences\" as rows [token, column 1, ...], "
                                     "not \"text\"")
-        with self._nlp_lock:  # one spaCy pipeline per model, called by one thread at a time
+        with self._nlp_lock:  # the language's raw-text pipeline, called by one of this model's threads at a time
             if self._nlp is None:
                 self._nlp = text_pipeline(self.lang)
             sentences = []
