@@ -90,13 +90,15 @@ class CsrRows(NamedTuple):
 
     def __matmul__(self, dense: np.ndarray) -> np.ndarray:
         """`rows @ dense` `[N, V]` for a dense `[D, V]`, in the result type of both dtypes."""
-        if self.nnz >= SCIPY_NNZ:
-            return self.to_scipy() @ dense
-        return self.product(dense.__getitem__)
+        return self.product(dense.__getitem__, lambda: dense)
 
-    def product(self, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """`rows @ M` `[N, V]` by NumPy, for the dense `M` whose rows at columns `c` are `rows_of(c)`
-        (`M.__getitem__`, or a function computing only those rows)."""
+    def product(self, rows_of: Callable[[np.ndarray], np.ndarray],
+                whole: Callable[[], np.ndarray] | None = None) -> np.ndarray:
+        """`rows @ M` `[N, V]` for the dense `M` whose rows at columns `c` are `rows_of(c)` (`M.__getitem__`,
+        or a function computing only those rows) and which `whole()` gives entire: from `SCIPY_NNZ` stored
+        values on through `scipy.sparse` with `whole()`, below (or without `whole`) by NumPy with `rows_of`."""
+        if whole is not None and self.nnz >= SCIPY_NNZ:
+            return self.to_scipy() @ whole()
         low, high = self.indptr[0], self.indptr[-1]
         products = rows_of(self.indices[low:high])
         dtype = np.result_type(self.data, products)

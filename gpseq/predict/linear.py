@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpseq.features.rows import SCIPY_NNZ, CsrRows, ranges
+from gpseq.features.rows import CsrRows, ranges
 from gpseq.structured.numpy_chain import viterbi
 from gpseq.structured.spans import ChainPosterior
 from gpseq.training.calibration import calibrated_potentials
@@ -58,6 +58,12 @@ class LinearPredictive:
             self._weight_variance = _softplus(self._raw_weight_variance, np.dtype(self.dtype).type)
         return self._weight_variance
 
+    def _weight_variance_rows(self, columns: np.ndarray) -> np.ndarray:
+        """`weight_variance[columns]`, without computing the rest while it is not computed."""
+        if self._weight_variance is not None:
+            return self._weight_variance[columns]
+        return _softplus(self._raw_weight_variance[columns], np.dtype(self.dtype).type)
+
     @classmethod
     def from_state(cls, model_config, arrays: dict, dtype=np.float32) -> "LinearPredictive | None":
         """The predictive of a model's arrays, or None when the model is not the plain
@@ -79,9 +85,8 @@ class LinearPredictive:
         rows = data.rows[tokens].astype(self.dtype)
         mean = rows @ self.weights + self.bias  # [n, V]
         squared = rows.power(2)
-        if self._weight_variance is None and isinstance(squared, CsrRows) and squared.nnz < SCIPY_NNZ:
-            dtype = np.dtype(self.dtype).type  # a few rows: the softplus of the variances they read only
-            variance = squared.product(lambda columns: _softplus(self._raw_weight_variance[columns], dtype))
+        if isinstance(squared, CsrRows):  # tagging: a small product reads (and transforms) its rows' variances only
+            variance = squared.product(self._weight_variance_rows, lambda: self.weight_variance)
         else:
             variance = squared @ self.weight_variance
         calibrated, _ = calibrated_potentials(mean, variance, self.pairwise, self.pairwise_variance, self.alpha,
