@@ -9,10 +9,11 @@ tracing). The TensorFlow chain (`chain.py`) serves SVI.
 `TimeMajor` lays the tokens of a corpus out step by step: the sentences sorted by decreasing
 length, then all first tokens, all second tokens, … At step t the sentences still running are a
 prefix of that order, so step t is one contiguous slice of n_t rows and a step of the recursion
-is one `[n_t, V] @ [V, V]` product with no padding and no masks. Messages are renormalised at
-every step (CRFsuite's scaled formulation): exact up to float rounding. A step's mass z_t is at
-least min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it
-cannot underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64).
+is one `[n_t, V] @ [V, V]` product with no padding and no masks. Messages are scaled
+(CRFsuite's formulation): exact up to float rounding. A step's mass z_t is at least
+min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it cannot
+underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64);
+`forward_backward` renormalises only every few steps, as many as that span leaves room for.
 
 Shapes: unary `[..., N, V]` in time-major token order (`layout.order` maps it from corpus order),
 pairwise `[..., V, V]` (leading axes: several chains over the same sentences, one pairwise each),
@@ -30,6 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpseq.cancellation import CHECK_STEPS, check_cancelled
+
+HALVING_LABELS = 8  # `_row_max` halves rows of at most this many labels (measured: faster there, slower above)
+MAX_EVERY = 8  # the most steps between the forward's renormalisations (the saving flattens beyond)
+RANGE_NATS = {np.dtype(np.float32): 80.0, np.dtype(np.float64): 600.0}  # within their ranges' 88 and 709
 
 
 class TimeMajor:
@@ -82,23 +87,12 @@ class TimeMajor:
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
 
-    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray, pairs: bool = False, consume: bool = False,
-                    marginals: bool = False):
-        """The scaled forward and backward passes at `unary [..., N, V]` and `pairwise [..., V, V]`:
-        α̂ `[..., N, V]` (α_t including e_t, each row summing to 1), β̂ `[..., N, V]` (α̂_t β̂_t is the
-        marginal), log z_t + the unary shift `[..., N]`, the pairwise shift `[..., 1, 1]`, exp(P −
-        shift) `[..., V, V]` and, with `pairs`, Σ_t α̂_tᵀ (e_{t+1} / z_{t+1} · β̂_{t+1}) `[..., V, V]`
-        (times exp(P − shift): the summed pair marginals ξ), else None. Sums over labels are
-        products with a vector of ones (BLAS), faster than NumPy's reductions along a short axis.
-        With `consume`, e_t is computed in unary's own array (its values are then gone). With
-        `marginals` (`[N, V]` only), α̂'s array holds the marginals α̂_t β̂_t on return and β̂ is None:
-        the backward pass keeps only the current step's β̂ (its rows are a prefix of the first
-        step's sentences) and multiplies each step's α̂_t by it once step t + 1 has read α̂_t."""
-        shift = _row_max(unary)
-        if consume and shift is unary:  # one label: the row maximum is unary itself
-            shift = shift.copy()
-        emit = np.subtract(unary, shift, out=unary if consume else None)
-        np.exp(emit, out=emit)
+    def _recursions(self, unary: np.ndarray, pairwise: np.ndarray):
+        """The scaled forward and backward passes at `unary [..., N, V]` and `pairwise [..., V, V]`,
+        renormalised at every step: α̂ `[..., N, V]` (α_t including e_t, each row summing to 1),
+        β̂ `[..., N, V]` (α̂_t β̂_t is the marginal), log z_t + the unary shift `[..., N]` and the
+        pairwise shift `[..., 1, 1]`. Sums over labels are products with a vector of ones (BLAS)."""
+        emit, shift = _emissions(unary, consume=False)
         p_max = pairwise.max((-2, -1), keepdims=True)
         trans = np.exp(pairwise - p_max)
         trans_t = np.ascontiguousarray(np.swapaxes(trans, -1, -2))
@@ -116,41 +110,75 @@ class TimeMajor:
             z_t = new @ ones
             z[..., start:stop] = z_t
             np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
-        # β̂ of every token, or with `marginals` of the step at hand only (its sentences are a prefix of
-        # the first step's; the rows of sentences that ended stay 1)
-        beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype) if marginals else np.ones_like(emit)
-        scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
+        beta = np.ones_like(emit)
+        scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of β̂_{t−1}
         scaled /= z[..., None]
-        pair_sum = np.zeros_like(trans) if pairs else None
         for t, prev, start, stop in reversed(self._steps):
             if t % CHECK_STEPS == 0:
                 check_cancelled()
             here = scaled[..., start:stop, :]
-            now = beta[: stop - start] if marginals else beta[..., start:stop, :]
-            here *= now
-            if marginals:
-                alpha[start:stop] *= now  # the marginals of step t: α̂_t was read (as `left`) at step t + 1
-            left = alpha[..., prev : prev + stop - start, :]
-            if pairs:
-                pair_sum += np.swapaxes(left, -1, -2) @ here
-            np.matmul(here, trans_t, out=now if marginals else beta[..., prev : prev + stop - start, :])
-        if marginals:
-            alpha[first] *= beta
-            beta = None
-        return alpha, beta, np.log(z) + shift[..., 0], p_max, trans, pair_sum
+            here *= beta[..., start:stop, :]
+            np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
+        return alpha, beta, np.log(z) + shift[..., 0], p_max
 
     def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True,
                          consume: bool = False):
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
         `pairs`) and log Z per sentence `[B]` (layout order) of the chain at `unary [N, V]`
         (time-major) and `pairwise [V, V]`. With `consume` the recursions work in unary's array
-        (one token-by-label array fewer; its values are gone after)."""
-        marg, _, log_scale, p_max, trans, pair_sum = self._recursions(unary, pairwise, pairs, consume, marginals=True)
+        (one token-by-label array fewer; its values are gone after).
+
+        The scaled recursions of `_recursions`, made for the hot path (training evaluates them
+        hundreds of times, where a small corpus's steps cost NumPy's per-call overhead, not flops):
+        2-D products by `np.dot`, β̂ kept for the step at hand only (its rows are a prefix of the first
+        step's sentences; a sentence that ended keeps its last value), each step's α̂ turned into the
+        marginal α̂ β̂ once step t + 1 has read it, and the forward messages renormalised only every
+        `_normalise_every` steps (z_t = 1 between): each sentence's last row then carries a mass r
+        of its own, which log Z adds and its β̂ starts from (1 / r, so that α̂ β̂ stays the marginal)."""
+        emit, shift = _emissions(unary, consume)
+        p_max = float(pairwise.max())
+        trans = np.exp(pairwise - p_max)
+        trans_t = np.ascontiguousarray(trans.T)
+        every = _normalise_every(pairwise, unary.dtype)
+        ones = np.ones(unary.shape[-1], unary.dtype)
+        alpha = np.empty_like(emit)
+        z = np.ones(len(emit), dtype=unary.dtype)
+        first = self.slice(0)
+        np.dot(emit[first], ones, out=z[first])
+        np.divide(emit[first], z[first, None], out=alpha[first])
+        dot = np.dot
+        for t, prev, start, stop in self._steps:
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            new = alpha[start:stop]
+            dot(alpha[prev : prev + stop - start], trans, out=new)
+            new *= emit[start:stop]
+            if t % every == 0:
+                z_t = dot(new, ones, out=z[start:stop])
+                np.divide(new, z_t[:, None], out=new)
+        last = self.starts[self.lengths - 1] + np.arange(len(self.lengths))  # each sentence's last row
+        mass = alpha[last] @ ones  # r: 1 up to rounding where that step renormalised
+        beta = np.repeat((1 / mass)[:, None], emit.shape[-1], axis=1)  # the first step's rows, layout order
+        scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
+        scaled /= z[:, None]
+        pair_sum = np.zeros_like(trans) if pairs else None
+        for t, prev, start, stop in reversed(self._steps):
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            now = beta[: stop - start]
+            here = scaled[start:stop]
+            here *= now
+            alpha[start:stop] *= now  # the marginals of step t: α̂_t was read (as `left`) at step t + 1
+            if pairs:
+                pair_sum += dot(alpha[prev : prev + stop - start].T, here)
+            dot(here, trans_t, out=now)
+        alpha[first] *= beta
+        log_scale = np.log(z) + shift[:, 0]
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
-        log_z = log_z + (self.lengths - 1) * float(p_max[0, 0])
+        log_z = log_z + np.log(mass) + (self.lengths - 1) * p_max
         if pairs:
             pair_sum *= trans
-        return marg, pair_sum, log_z
+        return alpha, pair_sum, log_z
 
     def constrained_forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, allowed: np.ndarray, *,
                                      pairs: bool = True):
@@ -170,7 +198,7 @@ class TimeMajor:
         `pairwise [..., V, V]`, as scaled messages and their scales: (α̂ `[..., N, V]`, β̂ `[..., N, V]`,
         log c `[..., N]`, log Z `[..., B]`) with α_t = c_t α̂_t (α_t including e^{u_t}),
         β_t = Z / c_t · β̂_t (β at a sentence's last token = 1) and the marginal α̂_t β̂_t."""
-        alpha, beta, log_scale, p_max, _, _ = self._recursions(unary, pairwise)
+        alpha, beta, log_scale, p_max = self._recursions(unary, pairwise)
         log_c = np.empty_like(log_scale)  # Σ_{s ≤ t} (log z_s + shift_s) + t · max P along the sentence
         first = self.slice(0)
         log_c[..., first] = log_scale[..., first]
@@ -227,14 +255,41 @@ class TimeMajor:
         return np.bincount(flat, minlength=num_labels * num_labels).reshape(num_labels, num_labels).astype(float)
 
 
+def _emissions(unary: np.ndarray, consume: bool):
+    """e = exp(unary − its row maximum) (in unary's array with `consume`) and that maximum
+    `[..., N, 1]`: each token's best label has weight 1."""
+    shift = _row_max(unary)
+    if consume and shift is unary:  # one label: the row maximum is unary itself
+        shift = shift.copy()
+    emit = np.subtract(unary, shift, out=unary if consume else None)
+    return np.exp(emit, out=emit), shift
+
+
 def _row_max(values: np.ndarray) -> np.ndarray:
-    """max over the last axis `[..., 1]`, by halving the rows (a few elementwise maxima over
-    shrinking arrays): NumPy's reduction along a short contiguous axis costs several times more."""
+    """max over the last axis `[..., 1]`. Up to HALVING_LABELS labels by halving the rows (a few
+    elementwise maxima over shrinking arrays), where NumPy's reduction along so short a contiguous
+    axis costs several times more; above, NumPy's reduction is the faster."""
+    if values.shape[-1] > HALVING_LABELS:
+        return values.max(-1, keepdims=True)
     while values.shape[-1] > 1:
         half = values.shape[-1] // 2
         top = np.maximum(values[..., :half], values[..., half : 2 * half])
         values = np.concatenate([top, values[..., 2 * half :]], axis=-1) if values.shape[-1] % 2 else top
     return values
+
+
+def _normalise_every(pairwise: np.ndarray, dtype) -> int:
+    """How many steps `forward_backward`'s forward messages may go between renormalisations in
+    `dtype`. Between two, a row's mass changes per step by a factor within [e^−s, V] (s the span
+    of the pairwise potentials: the unaries are shifted so that a token's best label has weight 1,
+    and exp(P − max P) lies in [e^−s, 1]), and β̂ inversely, so after k steps every intermediate lies
+    within e^±(k + 2)·max(s, log V) of 1: k is the most that keeps that within RANGE_NATS of the
+    dtype's range (1 where P has an infinite entry), at most MAX_EVERY."""
+    span = float(pairwise.max() - pairwise.min())
+    if not np.isfinite(span):
+        return 1
+    steps = RANGE_NATS.get(np.dtype(dtype), 80.0) // max(span, np.log(len(pairwise)), 1.0) - 2
+    return int(min(MAX_EVERY, max(1, steps)))
 
 
 def padded_layout(lengths: np.ndarray):
