@@ -137,7 +137,7 @@ class TimeMajor:
         of its own, which log Z adds and its β̂ starts from (1 / r, so that α̂ β̂ stays the marginal)."""
         emit, shift = _emissions(unary, consume)
         p_max = float(pairwise.max())
-        trans = np.exp(pairwise - p_max)
+        trans = np.exp(pairwise - p_max).astype(emit.dtype, copy=False)  # `np.dot(out=)` takes one dtype
         trans_t = np.ascontiguousarray(trans.T)
         every = _normalise_every(pairwise, unary.dtype)
         ones = np.ones(unary.shape[-1], unary.dtype)

@@ -174,6 +174,9 @@ def test_forward_backward_in_the_unaries_own_array_gives_the_same_bits(V):
     got = layout.forward_backward(given, pairwise.astype(np.float32), consume=True)
     for a, b in zip(expected, got):
         assert a.tobytes() == b.tobytes()
+    mixed = layout.forward_backward(kept, pairwise)  # float64 pairwise with float32 unaries: float32 products
+    for a, b in zip(expected, mixed):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not np.array_equal(given, kept)  # the unaries' array was worked in
     # the marginals of the backward pass that keeps one step's β̂: those of the one that keeps all of β̂
     alpha, beta, _, _ = layout.scaled_messages(kept, pairwise.astype(np.float32))
