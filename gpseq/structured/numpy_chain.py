@@ -9,11 +9,10 @@ tracing). The TensorFlow chain (`chain.py`) serves SVI.
 `TimeMajor` lays the tokens of a corpus out step by step: the sentences sorted by decreasing
 length, then all first tokens, all second tokens, … At step t the sentences still running are a
 prefix of that order, so step t is one contiguous slice of n_t rows and a step of the recursion
-is one `[n_t, V] @ [V, V]` product with no padding and no masks. Messages are scaled
-(CRFsuite's formulation): exact up to float rounding. A step's mass z_t is at least
-min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it cannot
-underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64);
-`forward_backward` renormalises only every few steps, as many as that span leaves room for.
+is one `[n_t, V] @ [V, V]` product with no padding and no masks. Messages are renormalised at
+every step (CRFsuite's scaled formulation): exact up to float rounding. A step's mass z_t is at
+least min exp(P − max P) (the unaries are shifted so that their best label has weight 1), so it
+cannot underflow while the pairwise potentials span less than ≈ 80 nats (float32; 700 in float64).
 
 Shapes: unary `[..., N, V]` in time-major token order (`layout.order` maps it from corpus order),
 pairwise `[..., V, V]` (leading axes: several chains over the same sentences, one pairwise each),
@@ -33,8 +32,6 @@ import numpy as np
 from gpseq.cancellation import CHECK_STEPS, check_cancelled
 
 HALVING_LABELS = 8  # `_row_max` halves rows of at most this many labels (measured: faster there, slower above)
-MAX_EVERY = 8  # the most steps between the forward's renormalisations (the saving flattens beyond)
-RANGE_NATS = {np.dtype(np.float32): 80.0, np.dtype(np.float64): 600.0}  # within their ranges' 88 and 709
 
 
 class TimeMajor:
@@ -130,19 +127,17 @@ class TimeMajor:
 
         The scaled recursions of `_recursions`, made for the hot path (training evaluates them
         hundreds of times, where a small corpus's steps cost NumPy's per-call overhead, not flops):
-        2-D products by `np.dot`, β̂ kept for the step at hand only (its rows are a prefix of the first
-        step's sentences; a sentence that ended keeps its last value), each step's α̂ turned into the
-        marginal α̂ β̂ once step t + 1 has read it, and the forward messages renormalised only every
-        `_normalise_every` steps (z_t = 1 between): each sentence's last row then carries a mass r
-        of its own, which log Z adds and its β̂ starts from (1 / r, so that α̂ β̂ stays the marginal)."""
+        2-D products by `np.dot` (half `np.matmul`'s call overhead, the same bits), plain slices,
+        β̂ kept for the step at hand only (its rows are a prefix of the first step's sentences; a
+        sentence that ended keeps its last value), each step's α̂ turned into the marginal α̂ β̂ once
+        step t + 1 has read it."""
         emit, shift = _emissions(unary, consume)
         p_max = float(pairwise.max())
         trans = np.exp(pairwise - p_max).astype(emit.dtype, copy=False)  # `np.dot(out=)` takes one dtype
         trans_t = np.ascontiguousarray(trans.T)
-        every = _normalise_every(pairwise, unary.dtype)
         ones = np.ones(unary.shape[-1], unary.dtype)
         alpha = np.empty_like(emit)
-        z = np.ones(len(emit), dtype=unary.dtype)
+        z = np.empty(len(emit), dtype=unary.dtype)
         first = self.slice(0)
         np.dot(emit[first], ones, out=z[first])
         np.divide(emit[first], z[first, None], out=alpha[first])
@@ -153,12 +148,9 @@ class TimeMajor:
             new = alpha[start:stop]
             dot(alpha[prev : prev + stop - start], trans, out=new)
             new *= emit[start:stop]
-            if t % every == 0:
-                z_t = dot(new, ones, out=z[start:stop])
-                np.divide(new, z_t[:, None], out=new)
-        last = self.starts[self.lengths - 1] + np.arange(len(self.lengths))  # each sentence's last row
-        mass = alpha[last] @ ones  # r: 1 up to rounding where that step renormalised
-        beta = np.repeat((1 / mass)[:, None], emit.shape[-1], axis=1)  # the first step's rows, layout order
+            z_t = dot(new, ones, out=z[start:stop])
+            np.divide(new, z_t[:, None], out=new)
+        beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype)  # the first step's rows
         scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
         scaled /= z[:, None]
         pair_sum = np.zeros_like(trans) if pairs else None
@@ -175,7 +167,7 @@ class TimeMajor:
         alpha[first] *= beta
         log_scale = np.log(z) + shift[:, 0]
         log_z = np.bincount(self.sentence_of, weights=log_scale, minlength=len(self.lengths))  # f64
-        log_z = log_z + np.log(mass) + (self.lengths - 1) * p_max
+        log_z = log_z + (self.lengths - 1) * p_max
         if pairs:
             pair_sum *= trans
         return alpha, pair_sum, log_z
@@ -276,20 +268,6 @@ def _row_max(values: np.ndarray) -> np.ndarray:
         top = np.maximum(values[..., :half], values[..., half : 2 * half])
         values = np.concatenate([top, values[..., 2 * half :]], axis=-1) if values.shape[-1] % 2 else top
     return values
-
-
-def _normalise_every(pairwise: np.ndarray, dtype) -> int:
-    """How many steps `forward_backward`'s forward messages may go between renormalisations in
-    `dtype`. Between two, a row's mass changes per step by a factor within [e^−s, V] (s the span
-    of the pairwise potentials: the unaries are shifted so that a token's best label has weight 1,
-    and exp(P − max P) lies in [e^−s, 1]), and β̂ inversely, so after k steps every intermediate lies
-    within e^±(k + 2)·max(s, log V) of 1: k is the most that keeps that within RANGE_NATS of the
-    dtype's range (1 where P has an infinite entry), at most MAX_EVERY."""
-    span = float(pairwise.max() - pairwise.min())
-    if not np.isfinite(span):
-        return 1
-    steps = RANGE_NATS.get(np.dtype(dtype), 80.0) // max(span, np.log(len(pairwise)), 1.0) - 2
-    return int(min(MAX_EVERY, max(1, steps)))
 
 
 def padded_layout(lengths: np.ndarray):
