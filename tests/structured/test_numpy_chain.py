@@ -196,7 +196,7 @@ def test_forward_backward_over_long_sentences_with_wide_pairwise_spans(dtype, sp
     finite = 6.0 if np.isinf(span) else span
     pairwise = np.where(np.eye(V, dtype=bool), 0.0, -finite) + rng.uniform(0, 0.1, (V, V))
     if np.isinf(span):
-        pairwise[0, 1] = -np.inf  # a forbidden transition: renormalised at every step
+        pairwise[0, 1] = -np.inf  # a forbidden transition: weight exp(−inf) = 0
     best = np.arange(offsets[-1]) % V  # a different label at each token: every step leaves the diagonal
     unary = rng.normal(size=(offsets[-1], V)) + np.where(np.arange(V) == best[:, None], 3.0 * min(finite, 30.0), 0.0)
     layout = TimeMajor(offsets)
