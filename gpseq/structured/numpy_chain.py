@@ -80,6 +80,9 @@ class TimeMajor:
         # run once per step and position, and NumPy scalars or slice objects there cost more than the products
         starts = np.asarray(self.starts).tolist()
         self._steps = [(t, starts[t - 1], starts[t], starts[t + 1]) for t in range(1, len(starts) - 1)]
+        # the forward pass's (t, rows of step t − 1 with a successor, rows of step t, their z) as slices, made once
+        self._step_rows = [(t, slice(prev, prev + stop - start), slice(start, stop), slice(start, stop))
+                           for t, prev, start, stop in self._steps]
 
     def slice(self, t: int) -> slice:
         return slice(int(self.starts[t]), int(self.starts[t + 1]))
@@ -93,20 +96,7 @@ class TimeMajor:
         p_max = pairwise.max((-2, -1), keepdims=True)
         trans = np.exp(pairwise - p_max)
         trans_t = np.ascontiguousarray(np.swapaxes(trans, -1, -2))
-        ones = np.ones(unary.shape[-1], unary.dtype)
-        alpha = np.empty_like(emit)
-        z = np.empty(emit.shape[:-1], dtype=unary.dtype)
-        first = self.slice(0)
-        z[..., first] = emit[..., first, :] @ ones
-        alpha[..., first, :] = emit[..., first, :] / z[..., first, None]
-        for t, prev, start, stop in self._steps:
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            new = alpha[..., prev : prev + stop - start, :] @ trans
-            new *= emit[..., start:stop, :]
-            z_t = new @ ones
-            z[..., start:stop] = z_t
-            np.divide(new, z_t[..., None], out=alpha[..., start:stop, :])
+        alpha, z = self._forward(emit, trans)
         beta = np.ones_like(emit)
         scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of β̂_{t−1}
         scaled /= z[..., None]
@@ -118,6 +108,33 @@ class TimeMajor:
             np.matmul(here, trans_t, out=beta[..., prev : prev + stop - start, :])
         return alpha, beta, np.log(z) + shift[..., 0], p_max
 
+    def _forward(self, emit: np.ndarray, trans: np.ndarray):
+        """The scaled forward pass, renormalised at every step, at e = exp(unary − its row maximum)
+        `[..., N, V]` and exp(P − max P) `[..., V, V]`: (α̂ `[..., N, V]`, z `[..., N]`). A 2-D chain
+        (the training's and calibration's) runs on `np.dot` and plain slices, half `np.matmul`'s and
+        Ellipsis indexing's call overhead with the same bits: a small corpus's steps are made of that
+        overhead. Sums over labels are products with a vector of ones (BLAS)."""
+        if emit.ndim == 2:
+            product, steps = np.dot, self._step_rows
+        else:
+            product, every = np.matmul, slice(None)
+            steps = [(t, (..., before, every), (..., rows, every), (..., rows))
+                     for t, before, rows, _ in self._step_rows]
+        ones = np.ones(emit.shape[-1], emit.dtype)
+        alpha, z = np.empty_like(emit), np.empty(emit.shape[:-1], emit.dtype)
+        first = self.slice(0)
+        z[..., first] = emit[..., first, :] @ ones
+        np.divide(emit[..., first, :], z[..., first, None], out=alpha[..., first, :])
+        for t, before, rows, at in steps:
+            if t % CHECK_STEPS == 0:
+                check_cancelled()
+            new = alpha[rows]
+            product(alpha[before], trans, out=new)
+            new *= emit[rows]
+            z_t = product(new, ones, out=z[at])
+            np.divide(new, z_t[..., None], out=new)
+        return alpha, z
+
     def forward_backward(self, unary: np.ndarray, pairwise: np.ndarray, *, pairs: bool = True,
                          consume: bool = False):
         """Token marginals `[N, V]`, Σ over adjacent pairs of ξ_t(i, j) `[V, V]` (None unless
@@ -125,31 +142,19 @@ class TimeMajor:
         (time-major) and `pairwise [V, V]`. With `consume` the recursions work in unary's array
         (one token-by-label array fewer; its values are gone after).
 
-        The scaled recursions of `_recursions`, made for the hot path (training evaluates them
-        hundreds of times, where a small corpus's steps cost NumPy's per-call overhead, not flops):
-        2-D products by `np.dot` (half `np.matmul`'s call overhead, the same bits), plain slices,
-        β̂ kept for the step at hand only (its rows are a prefix of the first step's sentences; a
+        The scaled recursions of `_recursions` with the same forward pass (`_forward`), the backward
+        made for the hot path (training evaluates it hundreds of times, where a small corpus's
+        steps cost NumPy's per-call overhead, not flops): `np.dot`, plain slices, β̂ kept for the
+        step at hand only (its rows are a prefix of the first step's sentences; a
         sentence that ended keeps its last value), each step's α̂ turned into the marginal α̂ β̂ once
         step t + 1 has read it."""
         emit, shift = _emissions(unary, consume)
         p_max = float(pairwise.max())
         trans = np.exp(pairwise - p_max).astype(emit.dtype, copy=False)  # `np.dot(out=)` takes one dtype
         trans_t = np.ascontiguousarray(trans.T)
-        ones = np.ones(unary.shape[-1], unary.dtype)
-        alpha = np.empty_like(emit)
-        z = np.empty(len(emit), dtype=unary.dtype)
+        alpha, z = self._forward(emit, trans)
         first = self.slice(0)
-        np.dot(emit[first], ones, out=z[first])
-        np.divide(emit[first], z[first, None], out=alpha[first])
         dot = np.dot
-        for t, prev, start, stop in self._steps:
-            if t % CHECK_STEPS == 0:
-                check_cancelled()
-            new = alpha[start:stop]
-            dot(alpha[prev : prev + stop - start], trans, out=new)
-            new *= emit[start:stop]
-            z_t = dot(new, ones, out=z[start:stop])
-            np.divide(new, z_t[:, None], out=new)
         beta = np.ones((first.stop - first.start, emit.shape[-1]), emit.dtype)  # the first step's rows
         scaled = emit  # e_t / z_t, then × β̂_t (in place): the right factor of ξ_{t−1} and of β̂_{t−1}
         scaled /= z[:, None]
