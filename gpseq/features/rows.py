@@ -1,22 +1,65 @@
-"""`CsrRows`: sparse feature rows `[N, D]` as the three CSR arrays, for the tagging path.
+"""`CsrRows`: sparse feature rows `[N, D]` as the three CSR arrays, and the products training and
+tagging take of them.
 
 Tagging reads rows by token, multiplies them by a dense weight matrix and squares their values;
-nothing else. SciPy's sparse package does that in compiled loops, but importing it costs a third
-of a second (its array-API layer loads parts of NumPy a tagger never uses), which is most of what
-`gpseq tag` of one sentence waits for. So the rows stay plain NumPy arrays; a product with fewer
-than `SCIPY_NNZ` stored values is a NumPy gather and segment sum, a larger one goes through
-`scipy.sparse` (imported then, once), whose loop is several times faster on a corpus. Both sum
-each row's products in its stored order; SciPy's compiled loop may fuse each multiply-add, so the
-two agree to a few units in the last place, not bit for bit.
+training also stacks, selects and transposes them. SciPy's sparse package does that in compiled
+loops, but importing it costs a third of a second and ~24 MB (its array-API layer loads parts of
+NumPy neither uses), which is most of what `gpseq tag` of one sentence waits for and a tenth of a
+small corpus's training. So the rows stay plain NumPy arrays, and the products run SciPy's compiled
+loops (`sparsetools`) loaded from their file without the package: the same loops, the same bits as
+`scipy.sparse`'s products. A tagging product with fewer than `SCIPY_NNZ` stored values is a NumPy
+gather and segment sum instead, which skips the compiled loop's call overhead; both sum each row's
+products in its stored order, but the compiled loop may fuse each multiply-add, so the two agree to
+a few units in the last place, not bit for bit.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-SCIPY_NNZ = 50_000  # stored values from which a product with dense weights goes through scipy.sparse
+SCIPY_NNZ = 50_000  # stored values from which a tagging product runs the compiled loop
+PAIR_CHUNK = 1 << 20  # (stored value, weight) pairs a sparse × sparse product expands at once
+_SPARSETOOLS: list = []
+
+
+def sparsetools():
+    """SciPy's compiled sparse loops (the module `scipy.sparse._sparsetools`), or None for a SciPy
+    without them: SciPy's own module where `scipy.sparse` is imported, else the extension loaded from
+    its file and kept here (not in `sys.modules`, so a later `import scipy.sparse` runs as ever)."""
+    if not _SPARSETOOLS:
+        _SPARSETOOLS.append(_load_sparsetools())
+    return _SPARSETOOLS[0]
+
+
+def _load_sparsetools():
+    name = "scipy.sparse._sparsetools"
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        folder = Path(next(iter(importlib.util.find_spec("scipy").submodule_search_locations))) / "sparse"
+        path = next(folder / f"_sparsetools{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                    if (folder / f"_sparsetools{suffix}").is_file())
+        loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+        loader.exec_module(module)
+        return module
+    except Exception:  # another layout: through the package, or without the loops
+        try:
+            import scipy.sparse._sparsetools as module
+        except ImportError:
+            return None
+        return module
+
+
+def index_dtype(*bounds: int):
+    """The index type SciPy gives CSR arrays whose values reach `bounds`: int32 where they fit."""
+    return np.int32 if max(bounds, default=0) <= np.iinfo(np.int32).max else np.int64
 
 
 class CsrRows(NamedTuple):
@@ -49,9 +92,83 @@ class CsrRows(NamedTuple):
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         starts, stops = self.indptr[rows], self.indptr[rows + 1]
         element = ranges(starts, stops)
-        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        # the indices' type where the count fits it, as SciPy's row selection gives
+        indptr = np.zeros(len(rows) + 1, dtype=np.promote_types(self.indices.dtype, index_dtype(len(element))))
         np.cumsum(stops - starts, out=indptr[1:])
         return CsrRows(self.data[element], self.indices[element], indptr, (len(rows), self.shape[1]))
+
+    @classmethod
+    def of(cls, matrix) -> "CsrRows":
+        """`matrix` as CsrRows: itself, or a SciPy sparse matrix's CSR arrays (shared)."""
+        if isinstance(matrix, CsrRows):
+            return matrix
+        matrix = matrix.tocsr()
+        return cls(matrix.data, matrix.indices, matrix.indptr, matrix.shape)
+
+    @classmethod
+    def stacked(cls, parts) -> "CsrRows":
+        """The rows of `parts` (CsrRows of one width) one after another, as SciPy's `vstack` makes them."""
+        parts = [part.narrowed() for part in parts]
+        counts = np.concatenate([[0]] + [np.diff(part.indptr) for part in parts])
+        dtype = index_dtype(int(counts.sum()), parts[0].shape[1] if parts else 0)
+        return cls(np.concatenate([part.data for part in parts]),
+                   np.concatenate([part.indices for part in parts]).astype(dtype, copy=False),
+                   np.cumsum(counts, dtype=np.int64).astype(dtype),
+                   (sum(part.shape[0] for part in parts), parts[0].shape[1] if parts else 0))
+
+    def narrowed(self) -> "CsrRows":
+        """The same rows with `indptr` from 0 and both index arrays of one type, int32 where the
+        values fit (as SciPy's constructor makes them; its compiled loops take one index type). The
+        arrays themselves where they already are so."""
+        low, high = int(self.indptr[0]), int(self.indptr[-1])
+        rows = self if low == 0 else CsrRows(self.data[low:high], self.indices[low:high], self.indptr - low, self.shape)
+        dtype = index_dtype(high - low, *self.shape)
+        if rows.indices.dtype == dtype and rows.indptr.dtype == dtype:
+            return rows
+        return rows._replace(indices=rows.indices.astype(dtype), indptr=rows.indptr.astype(dtype))
+
+    def dot(self, dense: np.ndarray) -> np.ndarray:
+        """`rows @ dense` for a dense `[D, k]` or `[D]`, in the result type of both: SciPy's compiled
+        loop (`csr_matvecs`, `csr_matvec`) into zeros, which is what `scipy.sparse`'s product runs,
+        so the same bits."""
+        dtype = np.result_type(self.data, dense)
+        rows, dense = self.narrowed().astype(dtype), np.ascontiguousarray(dense, dtype)
+        kernels = sparsetools()
+        if kernels is None:
+            return rows.to_scipy() @ dense
+        n, D = rows.shape
+        if dense.ndim == 1:
+            out = np.zeros(n, dtype)
+            kernels.csr_matvec(n, D, rows.indptr, rows.indices, rows.data, dense, out)
+        else:
+            out = np.zeros((n, dense.shape[1]), dtype)
+            kernels.csr_matvecs(n, D, dense.shape[1], rows.indptr, rows.indices, rows.data, dense.reshape(-1),
+                                out.reshape(-1))
+        return out
+
+    def times(self, other: "CsrRows") -> np.ndarray:
+        """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64, without a dense `other`:
+        each stored value times each stored value of its column's row of `other`, summed into its
+        cell in the row's stored order and then `other`'s — the order of SciPy's sparse × sparse
+        product, so its `.toarray()` bit for bit. At most about `PAIR_CHUNK` such pairs at a time."""
+        rows, other = self.narrowed().astype(np.float64), other.narrowed().astype(np.float64)
+        n, k = rows.shape[0], other.shape[1]
+        out = np.zeros((n, k))
+        width = np.diff(other.indptr)[rows.indices]  # [nnz] pairs of each stored value
+        pairs = np.concatenate([[0], np.cumsum(width)])[rows.indptr]  # [n + 1] pairs before each row
+        start = 0
+        while start < n:
+            stop = max(start + 1, int(np.searchsorted(pairs, pairs[start] + PAIR_CHUNK, side="right")) - 1)
+            stop = min(stop, n)
+            low, high = rows.indptr[start], rows.indptr[stop]
+            count = width[low:high]
+            position = ranges(other.indptr[rows.indices[low:high]], other.indptr[rows.indices[low:high] + 1])
+            row = np.repeat(np.repeat(np.arange(stop - start), np.diff(rows.indptr[start:stop + 1])), count)
+            values = np.repeat(rows.data[low:high], count) * other.data[position]
+            out[start:stop] = np.bincount(row * k + other.indices[position], values,
+                                          minlength=(stop - start) * k).reshape(-1, k)
+            start = stop
+        return out
 
     def astype(self, dtype) -> "CsrRows":
         return self if self.data.dtype == dtype else self._replace(data=self.data.astype(dtype))
@@ -59,6 +176,13 @@ class CsrRows(NamedTuple):
     def power(self, exponent) -> "CsrRows":
         """Every stored value to `exponent` (as `scipy.sparse.csr_matrix.power`)."""
         return self._replace(data=np.power(self.data, exponent))
+
+    def toarray(self) -> np.ndarray:
+        """The rows as a dense `[N, D]` array (repeated columns summed, as SciPy's `toarray`)."""
+        rows = self.narrowed()
+        out = np.zeros(rows.shape, rows.dtype)
+        np.add.at(out, (np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr)), rows.indices), rows.data)
+        return out
 
     def to_scipy(self, sorted_indices: bool = True):
         """The same rows as a `scipy.sparse.csr_matrix` (sharing the arrays); `sorted_indices=False`
@@ -98,7 +222,7 @@ class CsrRows(NamedTuple):
         or a function computing only those rows) and which `whole()` gives entire: from `SCIPY_NNZ` stored
         values on through `scipy.sparse` with `whole()`, below (or without `whole`) by NumPy with `rows_of`."""
         if whole is not None and self.nnz >= SCIPY_NNZ:
-            return self.to_scipy() @ whole()
+            return self.dot(whole())
         low, high = self.indptr[0], self.indptr[-1]
         products = rows_of(self.indices[low:high])
         dtype = np.result_type(self.data, products)

@@ -37,7 +37,7 @@ UNLABELLED_ID = -2  # a token without a gold label (`?`, partial annotation): ma
 
 @dataclass
 class SequenceData:
-    """A featurised corpus: CSR rows `[N_tokens, D]` (SciPy's for training, `CsrRows` when tagging),
+    """A featurised corpus: CSR rows `[N_tokens, D]` (`CsrRows`, or a SciPy matrix),
     sentence offsets `[B+1]`, flat label ids `[N]` (`UNKNOWN_LABEL_ID`, `UNLABELLED_ID` below 0)."""
 
     rows: sp.csr_matrix | CsrRows
@@ -73,8 +73,6 @@ class SequenceData:
     def featurised(cls, featurizer, sentences: list, label_index: dict | None = None) -> "SequenceData":
         """`sentences` through `featurizer.transform`, with their labels as ids of `label_index`
         (`UNLABELLED_ID` for `?`, `UNKNOWN_LABEL_ID` for a label it lacks; None: no labels)."""
-        import scipy.sparse as sp
-
         from gpseq.corpora.types import UNLABELLED
 
         matrix = featurizer.transform(sentences)
@@ -84,7 +82,7 @@ class SequenceData:
             flat = [label for s in sentences for label in (s.labels or [])]
             label_ids = np.fromiter((index.get(label, UNKNOWN_LABEL_ID) for label in flat), dtype=np.int32,
                                     count=len(flat))
-        return cls(sp.csr_matrix(matrix.rows), np.asarray(matrix.offsets, dtype=np.int64), label_ids)
+        return cls(matrix.csr.narrowed(), np.asarray(matrix.offsets, dtype=np.int64), label_ids)
 
     def cut_long(self, max_tokens: int) -> "SequenceData":
         """Every sequence longer than `max_tokens` cut into consecutive pieces of at most

@@ -30,6 +30,7 @@ import numpy as np
 
 from gpseq.errors import NumericalError
 from gpseq.features.padded import PAD_ID
+from gpseq.features.rows import CsrRows
 from gpseq.training.batching import SequenceData
 from gpseq.training.calibration import HeldOut, fit_calibration_parts
 from gpseq.training.lbfgs import minimize_lbfgs
@@ -53,8 +54,8 @@ STRUCTURAL_ZERO_VARIANCE = 1e-12  # q(w) variance of the weights fixed at 0 (pai
 class PredictiveParts(NamedTuple):
     """What a fit's predictive moments of rows X read (`LaplaceFit.moments`)."""
 
-    weights: object  # W on the support, CSR [D, V]
-    delta: object  # q(W)'s variance minus `off` on the support, CSR [D, V]
+    weights: CsrRows  # W on the support, CSR [D, V]
+    delta: CsrRows  # q(W)'s variance minus `off` on the support, CSR [D, V]
     off: np.ndarray  # [D] each feature's weight variance off the support (its prior, or a structural zero)
     seen: np.ndarray  # [D] bool: the features the support has (column 0 never)
 
@@ -143,8 +144,6 @@ class LaplaceFit:
         """What the predictive moments of any rows read off this fit (`PredictiveParts`), made once
         for a batch of row sets (`held_out_parts`' dev parts) and not kept: a prior walk's live fits
         would each hold them. Sparse `[D, V]` products cost the support, not D · V."""
-        import scipy.sparse as sp
-
         D, V = self.num_features, self.num_labels
         feature = self.support // V
         counts = np.bincount(feature, minlength=D)
@@ -153,7 +152,7 @@ class LaplaceFit:
         off = np.full(D, STRUCTURAL_ZERO_VARIANCE) if prior is None else np.asarray(prior, np.float64)
 
         def on_support(values):  # `values` on the support as CSR [D, V]
-            return sp.csr_matrix((np.asarray(values, np.float64), columns, indptr), shape=(D, V))
+            return CsrRows(np.asarray(values, np.float64), columns, indptr, (D, V))
 
         seen = counts > 0
         seen[PAD_ID] = False
@@ -163,15 +162,15 @@ class LaplaceFit:
     def _variance(squares, parts: "PredictiveParts") -> np.ndarray:
         """X² s of float64 CSR `squares [N, D]` (X∘X), s = `variance()`, `[N, V]`, from the support
         and the per-feature variance off it without the dense s."""
-        return (squares @ parts.delta).toarray() + (squares @ parts.off)[:, None]
+        return squares.times(parts.delta) + squares.dot(parts.off)[:, None]
 
     def unary_moments(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the unary potentials of CSR `rows [N, D]`, `[N, V]` each. A
         weight off the support keeps its prior variance (`variance`): a feature this fit never saw,
         and column 0 (the count of the features the vocabulary lacks, `gpseq.features.featurizer`),
         widen a token's potentials by their prior, as the weight-space GP's predictive does."""
-        rows, parts = rows.astype(np.float64).tocsr(), self.moments()
-        return (rows @ parts.weights).toarray() + self.bias, self._variance(rows.multiply(rows).tocsr(), parts)
+        rows, parts = CsrRows.of(rows).astype(np.float64), self.moments()
+        return rows.times(parts.weights) + self.bias, self._variance(rows._replace(data=rows.data * rows.data), parts)
 
     def held_out(self, data: SequenceData, shared: bool = True, parts: "PredictiveParts | None" = None) -> HeldOut:
         """The fit's predictive moments on labelled `data` as calibration's `HeldOut`, with the
@@ -183,10 +182,9 @@ class LaplaceFit:
         and one per column) gives u = k² σ₀² (`shared`) or k σ₀², σ₀² the prior of column 0.
         `parts`: `moments()`, when the caller has them."""
         parts = parts or self.moments()
-        rows = data.rows.astype(np.float64).tocsr()
-        mean = (rows @ parts.weights).toarray() + self.bias  # b + X W
-        squares = rows.copy()
-        squares.data = rows.data ** 2
+        rows = CsrRows.of(data.rows).narrowed().astype(np.float64)
+        mean = rows.times(parts.weights) + self.bias  # b + X W
+        squares = rows._replace(data=rows.data ** 2)
         if not self.has_prior:
             return HeldOut(mean, self._variance(squares, parts), self.pairwise, self.pairwise_variance,
                            data.label_ids, data.offsets)

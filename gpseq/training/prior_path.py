@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from gpseq.corpora.splits import kfold_indices
+from gpseq.features.rows import CsrRows
 from gpseq.training.batching import UNKNOWN_LABEL_ID, SequenceData
 from gpseq.training.calibration import fit_calibration_parts, held_out_decodes
 from gpseq.training.chain_objective import NumpyChainObjective
@@ -41,12 +42,10 @@ log = logging.getLogger("gpseq.training")
 
 def concatenate(*parts) -> SequenceData:
     """The sentences of the parts in order (labelled SequenceData, or `SentenceBlocks`) as one."""
-    import scipy.sparse as sp
-
     parts = [piece for part in parts for piece in ([part] if isinstance(part, SequenceData) else part)]
     starts = np.cumsum([0] + [part.n_tokens for part in parts[:-1]])
     offsets = np.concatenate([[0]] + [start + part.offsets[1:] for start, part in zip(starts, parts)])
-    return SequenceData(sp.vstack([part.rows for part in parts], format="csr"), offsets.astype(np.int64),
+    return SequenceData(CsrRows.stacked([CsrRows.of(part.rows) for part in parts]), offsets.astype(np.int64),
                         np.concatenate([part.label_ids for part in parts]))
 
 

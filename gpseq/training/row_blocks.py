@@ -1,7 +1,7 @@
-"""Threaded sparse × dense products for the corpus objective (`gpseq.training.chain_objective`): a
-CSR matrix cut into row blocks of about equal nonzeros (views on its arrays, no copy), whose product
-with a dense matrix, or its in-place sum into one (`accumulate`, on SciPy's own kernel where it is
-there), runs one block per thread of a shared pool."""
+"""Threaded sparse × dense products for the corpus objective (`gpseq.training.chain_objective`): CSR
+rows (`CsrRows`) cut into row blocks of about equal nonzeros (views on their arrays, no copy), whose
+product with a dense matrix, or its in-place sum into one (`accumulate`), runs one block per thread
+of a shared pool, on SciPy's compiled loops (`gpseq.features.rows.sparsetools`)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from gpseq.features.rows import CsrRows, sparsetools
+
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 _POOL: list = []
 _ONES: dict = {}  # dtype -> the largest array of ones `ones` has made of it
-try:  # Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y),
-    # and Y += Aᵀ·X from A's CSR arrays (Aᵀ's as CSC)
-    from scipy.sparse._sparsetools import csc_matvecs as _T_MATVECS
-    from scipy.sparse._sparsetools import csr_matvecs as _MATVECS
-except ImportError:  # a SciPy that moved them: the accumulations add a new product instead
-    _MATVECS = _T_MATVECS = None
+# Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y), and
+# Y += Aᵀ·X from A's CSR arrays (Aᵀ's as CSC); None in a SciPy without them: a new product is added
+_MATVECS = getattr(sparsetools(), "csr_matvecs", None)
+_T_MATVECS = getattr(sparsetools(), "csc_matvecs", None)
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -28,13 +28,13 @@ def _threads() -> ThreadPoolExecutor:
 
 
 class RowBlocks:
-    """A CSR matrix cut into row blocks of about equal nonzeros, whose product with a dense matrix
-    runs one block per thread: SciPy's sparse products release the GIL, and they are most of a
-    large corpus's evaluation (the forward–backward is the rest). One block below
-    `PARALLEL_NONZEROS` or on one core."""
+    """CSR rows (`CsrRows`, or a SciPy matrix) cut into row blocks of about equal nonzeros, whose
+    product with a dense matrix runs one block per thread: SciPy's compiled loops release the GIL,
+    and they are most of a large corpus's evaluation (the forward–backward is the rest). One block
+    below `PARALLEL_NONZEROS` or on one core."""
 
     def __init__(self, matrix):
-        matrix = matrix.tocsr()
+        matrix = CsrRows.of(matrix)
         self.matrix, self.shape, self.dtype = matrix, matrix.shape, matrix.dtype
         blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
         cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
@@ -47,7 +47,7 @@ class RowBlocks:
 
         def run(block):
             low, high, rows = block
-            out[low:high] = rows @ dense
+            out[low:high] = rows.dot(dense)
 
         self._map(run)
         return out
@@ -60,7 +60,7 @@ class RowBlocks:
 
         def run(block):
             low, high, rows = block
-            _accumulate(_MATVECS, rows, rows.shape, dense, out[low:high], lambda: rows @ dense)
+            _accumulate(_MATVECS, rows, rows.shape, dense, out[low:high], lambda: rows.dot(dense))
 
         self._map(run)
 
@@ -77,13 +77,13 @@ class Transposed:
     sorted CSR does, so the sums are the same to the last bit; it runs on one thread."""
 
     def __init__(self, matrix):
-        self.matrix = matrix
+        self.matrix = CsrRows.of(matrix)
 
     def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
         """out += Aᵀ @ dense, in place. `out`: C-contiguous, [D, k]."""
         matrix = self.matrix
         dense = np.ascontiguousarray(dense, out.dtype)
-        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: matrix.T @ dense)
+        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: _transposed_dot(matrix, dense))
 
 
 def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, product) -> None:
@@ -98,23 +98,26 @@ def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, produ
         out += product()
 
 
-def _row_view(matrix, low: int, high: int):
-    """Rows low:high of a CSR matrix sharing its data and indices: slicing would copy them, and so
-    would SciPy's constructor (it copies a view of less than half its base), so the arrays are
-    set on an empty matrix of the block's shape (`csr_on`)."""
-    start, stop = matrix.indptr[low], matrix.indptr[high]
-    return csr_on(matrix.data[start:stop], matrix.indices[start:stop],
-                  (matrix.indptr[low:high + 1] - start).astype(matrix.indptr.dtype), (high - low, matrix.shape[1]))
+def _transposed_dot(matrix: CsrRows, dense: np.ndarray) -> np.ndarray:
+    """Aᵀ @ dense from A's CSR arrays, into zeros: SciPy's product by `A.T` (its CSC loop)."""
+    if _T_MATVECS is None:
+        return matrix.to_scipy().T @ dense
+    matrix = matrix.narrowed()
+    out = np.zeros((matrix.shape[1], dense.shape[1]), np.result_type(matrix.data, dense))
+    _T_MATVECS(matrix.shape[1], matrix.shape[0], dense.shape[1], matrix.indptr, matrix.indices,
+               matrix.data.astype(out.dtype, copy=False), np.ascontiguousarray(dense, out.dtype).reshape(-1),
+               out.reshape(-1))
+    return out
 
 
-def csr_on(data, indices, indptr, shape):
-    """A CSR matrix on these arrays as they are (memory-mapped ones stay mapped: SciPy's
-    constructor may copy or re-type them)."""
-    import scipy.sparse as sp
+def _row_view(matrix: CsrRows, low: int, high: int) -> CsrRows:
+    """Rows low:high of CSR rows, sharing their data and indices."""
+    return matrix[low:high]
 
-    matrix = sp.csr_matrix(tuple(shape), dtype=data.dtype)
-    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
-    return matrix
+
+def csr_on(data, indices, indptr, shape) -> CsrRows:
+    """CSR rows on these arrays as they are (memory-mapped ones stay mapped, nothing is re-typed)."""
+    return CsrRows(data, indices, indptr, tuple(int(size) for size in shape))
 
 
 def ones(size: int, dtype) -> np.ndarray:

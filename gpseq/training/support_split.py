@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpseq.features.rows import CsrRows
 from gpseq.training.row_blocks import RowBlocks, Transposed, csr_on
 
 
@@ -74,7 +75,7 @@ class SplitRows:
 
     def __init__(self, rows, split: SupportSplit):
         self.split = split
-        rows = rows.tocsr()
+        rows = CsrRows.of(rows)
         n, V = rows.shape[0], split.num_labels
         row_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(rows.indptr))
         column = split.head_column[rows.indices]

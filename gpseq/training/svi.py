@@ -30,7 +30,8 @@ def train_svi(config, featurizer, num_labels: int, data, *, dev_metrics=None, ca
     inducing = None
     if config.model.has_inducing:
         M = min(config.model.num_inducing, data.rows.shape[0])
-        inducing = kmeans_inducing(data.rows, M, seed=tcfg.seed, snap=True)
+        rows = data.rows if sp.issparse(data.rows) else data.rows.to_scipy()  # K-means runs on SciPy's CSR
+        inducing = kmeans_inducing(rows, M, seed=tcfg.seed, snap=True)
         inducing = inducing[0] if isinstance(inducing, tuple) else inducing
         inducing = inducing.toarray() if sp.issparse(inducing) else np.asarray(inducing)
     # a sentence longer than a batch may hold is trained as consecutive pieces (memory bounded
