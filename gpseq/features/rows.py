@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 SCIPY_NNZ = 50_000  # stored values from which a tagging product runs the compiled loop
-PAIR_CHUNK = 1 << 20  # (stored value, weight) pairs a sparse × sparse product expands at once
+PAIR_CHUNK = 1 << 20  # dense values a sparse × sparse product holds at once
 _SPARSETOOLS: list = []
 
 
@@ -147,26 +147,27 @@ class CsrRows(NamedTuple):
         return out
 
     def times(self, other: "CsrRows") -> np.ndarray:
-        """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64, without a dense `other`:
-        each stored value times each stored value of its column's row of `other`, summed into its
-        cell in the row's stored order and then `other`'s — the order of SciPy's sparse × sparse
-        product, so its `.toarray()` bit for bit. At most about `PAIR_CHUNK` such pairs at a time."""
+        """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64, without a dense `other`: a
+        block of rows at a time by the compiled loop (`dot`), times the rows of `other` that block reads
+        made dense. Each cell sums its products in the row's stored order, as SciPy's sparse × sparse
+        product does (the zeros the dense rows add change no sum), so its `.toarray()` bit for bit. A
+        block reads at most about `PAIR_CHUNK` / k stored values (so its dense rows hold `PAIR_CHUNK`)."""
         rows, other = self.narrowed().astype(np.float64), other.narrowed().astype(np.float64)
         n, k = rows.shape[0], other.shape[1]
-        out = np.zeros((n, k))
-        width = np.diff(other.indptr)[rows.indices]  # [nnz] pairs of each stored value
-        pairs = np.concatenate([[0], np.cumsum(width)])[rows.indptr]  # [n + 1] pairs before each row
+        out = np.empty((n, k))
+        step = max(1, PAIR_CHUNK // max(k, 1))
         start = 0
         while start < n:
-            stop = max(start + 1, int(np.searchsorted(pairs, pairs[start] + PAIR_CHUNK, side="right")) - 1)
-            stop = min(stop, n)
+            stop = min(n, max(start + 1, int(np.searchsorted(rows.indptr, rows.indptr[start] + step, "right")) - 1))
             low, high = rows.indptr[start], rows.indptr[stop]
-            count = width[low:high]
-            position = ranges(other.indptr[rows.indices[low:high]], other.indptr[rows.indices[low:high] + 1])
-            row = np.repeat(np.repeat(np.arange(stop - start), np.diff(rows.indptr[start:stop + 1])), count)
-            values = np.repeat(rows.data[low:high], count) * other.data[position]
-            out[start:stop] = np.bincount(row * k + other.indices[position], values,
-                                          minlength=(stop - start) * k).reshape(-1, k)
+            columns, local = np.unique(rows.indices[low:high], return_inverse=True)
+            counts = other.indptr[columns + 1] - other.indptr[columns]
+            read = ranges(other.indptr[columns], other.indptr[columns + 1])
+            dense = np.zeros((len(columns), k))
+            dense[np.repeat(np.arange(len(columns)), counts), other.indices[read]] = other.data[read]
+            block = CsrRows(rows.data[low:high], local.astype(rows.indices.dtype),
+                            rows.indptr[start:stop + 1] - low, (stop - start, len(columns)))
+            out[start:stop] = block.dot(dense)
             start = stop
         return out
 
