@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 SCIPY_NNZ = 50_000  # stored values from which a tagging product runs the compiled loop
-PAIR_CHUNK = 1 << 20  # dense values a sparse × sparse product holds at once
+DENSE_BLOCK = 1 << 20  # values of the dense block of `other` a sparse × sparse product holds at once
 _SPARSETOOLS: list = []
 
 
@@ -151,11 +151,12 @@ class CsrRows(NamedTuple):
         block of rows at a time by the compiled loop (`dot`), times the rows of `other` that block reads
         made dense. Each cell sums its products in the row's stored order, as SciPy's sparse × sparse
         product does (the zeros the dense rows add change no sum), so its `.toarray()` bit for bit. A
-        block reads at most about `PAIR_CHUNK` / k stored values (so its dense rows hold `PAIR_CHUNK`)."""
+        block reads at most about `DENSE_BLOCK` / k stored values, so its dense rows hold at most
+        about `DENSE_BLOCK` values."""
         rows, other = self.narrowed().astype(np.float64), other.narrowed().astype(np.float64)
         n, k = rows.shape[0], other.shape[1]
         out = np.empty((n, k))
-        step = max(1, PAIR_CHUNK // max(k, 1))
+        step = max(1, DENSE_BLOCK // max(k, 1))
         start = 0
         while start < n:
             stop = min(n, max(start + 1, int(np.searchsorted(rows.indptr, rows.indptr[start] + step, "right")) - 1))
@@ -221,7 +222,7 @@ class CsrRows(NamedTuple):
                 whole: Callable[[], np.ndarray] | None = None) -> np.ndarray:
         """`rows @ M` `[N, V]` for the dense `M` whose rows at columns `c` are `rows_of(c)` (`M.__getitem__`,
         or a function computing only those rows) and which `whole()` gives entire: from `SCIPY_NNZ` stored
-        values on through `scipy.sparse` with `whole()`, below (or without `whole`) by NumPy with `rows_of`."""
+        values on by the compiled loop with `whole()` (`dot`), below (or without `whole`) by NumPy with `rows_of`."""
         if whole is not None and self.nnz >= SCIPY_NNZ:
             return self.dot(whole())
         low, high = self.indptr[0], self.indptr[-1]

@@ -99,11 +99,11 @@ def test_dot_is_scipys_product_bit_for_bit(data_dtype, dense_dtype):
     np.testing.assert_array_equal(middle.dot(dense), matrix[10:30] @ dense)
 
 
-@pytest.mark.parametrize("chunk", [1 << 20, 7])  # one pass, and many (rows longer than a chunk alone)
-def test_sparse_times_sparse_is_scipys_product_bit_for_bit(monkeypatch, chunk):
+@pytest.mark.parametrize("block", [1 << 20, 7])  # one block, and many (rows longer than a block alone)
+def test_sparse_times_sparse_is_scipys_product_bit_for_bit(monkeypatch, block):
     """`times` sums each cell's products in the order SciPy's sparse × sparse product does: its
-    dense result bit for bit, however the rows are cut into chunks of pairs."""
-    monkeypatch.setattr(rows_module, "PAIR_CHUNK", chunk)
+    dense result bit for bit, however the rows are cut into blocks."""
+    monkeypatch.setattr(rows_module, "DENSE_BLOCK", block)
     left, right = _wide_rows(7), _wide_rows(8, n=45, d=6, density=0.5)
     expected = (left @ right).toarray()
     np.testing.assert_array_equal(CsrRows.of(left).times(CsrRows.of(right)), expected)
