@@ -147,12 +147,12 @@ class CsrRows(NamedTuple):
         return out
 
     def times(self, other: "CsrRows") -> np.ndarray:
-        """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64, without a dense `other`: a
-        block of rows at a time by the compiled loop (`dot`), times the rows of `other` that block reads
-        made dense. Each cell sums its products in the row's stored order, as SciPy's sparse × sparse
-        product does (the zeros the dense rows add change no sum), so its `.toarray()` bit for bit. A
-        block reads at most about `DENSE_BLOCK` / k stored values, so its dense rows hold at most
-        about `DENSE_BLOCK` values."""
+        """`rows @ other` for sparse `other [D, k]` (no column twice in a row, as a fit's support makes
+        it), dense `[N, k]` float64, without a dense `other`: a block of rows at a time by the compiled
+        loop (`dot`), times the rows of `other` that block reads made dense. Each cell sums its
+        products in the row's stored order, as SciPy's sparse × sparse product does (the zeros the
+        dense rows add change no sum), so its `.toarray()` bit for bit. A block reads at most about
+        `DENSE_BLOCK` / k stored values, so its dense rows hold at most about `DENSE_BLOCK` values."""
         rows, other = self.narrowed().astype(np.float64), other.narrowed().astype(np.float64)
         n, k = rows.shape[0], other.shape[1]
         out = np.empty((n, k))
