@@ -24,7 +24,6 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 SCIPY_NNZ = 50_000  # stored values from which a tagging product runs the compiled loop
-DENSE_BLOCK = 1 << 20  # values of the dense block of `other` a sparse × sparse product holds at once
 _SPARSETOOLS: list = []
 
 
@@ -147,29 +146,24 @@ class CsrRows(NamedTuple):
         return out
 
     def times(self, other: "CsrRows") -> np.ndarray:
-        """`rows @ other` for sparse `other [D, k]` (no column twice in a row, as a fit's support makes
-        it), dense `[N, k]` float64, without a dense `other`: a block of rows at a time by the compiled
-        loop (`dot`), times the rows of `other` that block reads made dense. Each cell sums its
-        products in the row's stored order, as SciPy's sparse × sparse product does (the zeros the
-        dense rows add change no sum), so its `.toarray()` bit for bit. A block reads at most about
-        `DENSE_BLOCK` / k stored values, so its dense rows hold at most about `DENSE_BLOCK` values."""
+        """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64: SciPy's sparse × sparse
+        loops (`csr_matmat` into CSR, `csr_todense` into zeros), which are what `(A @ B).toarray()`
+        runs, so the same bits; the product's CSR holds at most N · k values."""
         rows, other = self.narrowed().astype(np.float64), other.narrowed().astype(np.float64)
         n, k = rows.shape[0], other.shape[1]
-        out = np.empty((n, k))
-        step = max(1, DENSE_BLOCK // max(k, 1))
-        start = 0
-        while start < n:
-            stop = min(n, max(start + 1, int(np.searchsorted(rows.indptr, rows.indptr[start] + step, "right")) - 1))
-            low, high = rows.indptr[start], rows.indptr[stop]
-            columns, local = np.unique(rows.indices[low:high], return_inverse=True)
-            counts = other.indptr[columns + 1] - other.indptr[columns]
-            read = ranges(other.indptr[columns], other.indptr[columns + 1])
-            dense = np.zeros((len(columns), k))
-            dense[np.repeat(np.arange(len(columns)), counts), other.indices[read]] = other.data[read]
-            block = CsrRows(rows.data[low:high], local.astype(rows.indices.dtype),
-                            rows.indptr[start:stop + 1] - low, (stop - start, len(columns)))
-            out[start:stop] = block.dot(dense)
-            start = stop
+        kernels = sparsetools()
+        if kernels is None:
+            return (rows.to_scipy() @ other.to_scipy()).toarray()
+        dtype = np.promote_types(rows.indices.dtype, other.indices.dtype)
+        a_ptr, a_idx, b_ptr, b_idx = (array.astype(dtype, copy=False) for array in
+                                      (rows.indptr, rows.indices, other.indptr, other.indices))
+        nnz = kernels.csr_matmat_maxnnz(n, k, a_ptr, a_idx, b_ptr, b_idx)
+        wide = np.promote_types(dtype, index_dtype(nnz))
+        a_ptr, a_idx, b_ptr, b_idx = (array.astype(wide, copy=False) for array in (a_ptr, a_idx, b_ptr, b_idx))
+        indptr, indices, data = np.empty(n + 1, wide), np.empty(nnz, wide), np.empty(nnz)
+        kernels.csr_matmat(n, k, a_ptr, a_idx, rows.data, b_ptr, b_idx, other.data, indptr, indices, data)
+        out = np.zeros((n, k))
+        kernels.csr_todense(n, k, indptr, indices, data, out)
         return out
 
     def astype(self, dtype) -> "CsrRows":

@@ -99,11 +99,9 @@ def test_dot_is_scipys_product_bit_for_bit(data_dtype, dense_dtype):
     np.testing.assert_array_equal(middle.dot(dense), matrix[10:30] @ dense)
 
 
-@pytest.mark.parametrize("block", [1 << 20, 7])  # one block, and many (rows longer than a block alone)
-def test_sparse_times_sparse_is_scipys_product_bit_for_bit(monkeypatch, block):
-    """`times` sums each cell's products in the order SciPy's sparse × sparse product does: its
-    dense result bit for bit, however the rows are cut into blocks."""
-    monkeypatch.setattr(rows_module, "DENSE_BLOCK", block)
+def test_sparse_times_sparse_is_scipys_product_bit_for_bit():
+    """`times` runs SciPy's sparse × sparse loops itself: the dense result of SciPy's product bit for
+    bit, for whole rows, a slice and rows without values."""
     left, right = _wide_rows(7), _wide_rows(8, n=45, d=6, density=0.5)
     expected = (left @ right).toarray()
     np.testing.assert_array_equal(CsrRows.of(left).times(CsrRows.of(right)), expected)
