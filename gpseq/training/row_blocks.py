@@ -39,7 +39,7 @@ class RowBlocks:
         blocks = min(os.cpu_count() or 1, 4) if matrix.nnz >= PARALLEL_NONZEROS else 1
         cuts = np.searchsorted(matrix.indptr, np.linspace(0, matrix.nnz, blocks + 1)[1:-1]).tolist()
         bounds = sorted({0, *cuts, matrix.shape[0]})
-        self.blocks = [(low, high, _row_view(matrix, low, high)) for low, high in zip(bounds[:-1], bounds[1:])] \
+        self.blocks = [(low, high, matrix[low:high]) for low, high in zip(bounds[:-1], bounds[1:])] \
             if blocks > 1 else [(0, matrix.shape[0], matrix)]
 
     def __matmul__(self, dense: np.ndarray) -> np.ndarray:
@@ -108,11 +108,6 @@ def _transposed_dot(matrix: CsrRows, dense: np.ndarray) -> np.ndarray:
                matrix.data.astype(out.dtype, copy=False), np.ascontiguousarray(dense, out.dtype).reshape(-1),
                out.reshape(-1))
     return out
-
-
-def _row_view(matrix: CsrRows, low: int, high: int) -> CsrRows:
-    """Rows low:high of CSR rows, sharing their data and indices."""
-    return matrix[low:high]
 
 
 def csr_on(data, indices, indptr, shape) -> CsrRows:
