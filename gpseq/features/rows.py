@@ -145,6 +145,21 @@ class CsrRows(NamedTuple):
                                 out.reshape(-1))
         return out
 
+    def dot_transposed(self, dense: np.ndarray) -> np.ndarray:
+        """`rows.T @ dense` for a dense `[n, k]`, in the result type of both: SciPy's compiled loop
+        for a CSC matrix (`csc_matvecs`: these CSR arrays are the transpose's CSC) into zeros, which
+        is what `scipy.sparse`'s product by `A.T` runs, so the same bits."""
+        dtype = np.result_type(self.data, dense)
+        rows, dense = self.narrowed().astype(dtype), np.ascontiguousarray(dense, dtype)
+        kernels = sparsetools()
+        if kernels is None:
+            return rows.to_scipy().T @ dense
+        n, D = rows.shape
+        out = np.zeros((D, dense.shape[1]), dtype)
+        kernels.csc_matvecs(D, n, dense.shape[1], rows.indptr, rows.indices, rows.data, dense.reshape(-1),
+                            out.reshape(-1))
+        return out
+
     def times(self, other: "CsrRows") -> np.ndarray:
         """`rows @ other` for sparse `other [D, k]`, dense `[N, k]` float64: SciPy's sparse × sparse
         loops (`csr_matmat` into CSR, `csr_todense` into zeros), which are what `(A @ B).toarray()`

@@ -83,7 +83,7 @@ class Transposed:
         """out += Aᵀ @ dense, in place. `out`: C-contiguous, [D, k]."""
         matrix = self.matrix
         dense = np.ascontiguousarray(dense, out.dtype)
-        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: _transposed_dot(matrix, dense))
+        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: matrix.dot_transposed(dense))
 
 
 def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, product) -> None:
@@ -96,18 +96,6 @@ def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, produ
                dense.reshape(-1), out.reshape(-1))
     else:
         out += product()
-
-
-def _transposed_dot(matrix: CsrRows, dense: np.ndarray) -> np.ndarray:
-    """Aᵀ @ dense from A's CSR arrays, into zeros: SciPy's product by `A.T` (its CSC loop)."""
-    if _T_MATVECS is None:
-        return matrix.to_scipy().T @ dense
-    matrix = matrix.narrowed()
-    out = np.zeros((matrix.shape[1], dense.shape[1]), np.result_type(matrix.data, dense))
-    _T_MATVECS(matrix.shape[1], matrix.shape[0], dense.shape[1], matrix.indptr, matrix.indices,
-               matrix.data.astype(out.dtype, copy=False), np.ascontiguousarray(dense, out.dtype).reshape(-1),
-               out.reshape(-1))
-    return out
 
 
 def csr_on(data, indices, indptr, shape) -> CsrRows:

@@ -99,6 +99,23 @@ def test_dot_is_scipys_product_bit_for_bit(data_dtype, dense_dtype):
     np.testing.assert_array_equal(middle.dot(dense), matrix[10:30] @ dense)
 
 
+@pytest.mark.parametrize("data_dtype, dense_dtype", [(np.float32, np.float32), (np.float64, np.float32),
+                                                     (np.float32, np.float64)])
+def test_dot_transposed_is_scipys_product_by_the_transpose_bit_for_bit(data_dtype, dense_dtype):
+    """`dot_transposed` runs SciPy's CSC loop on the CSR arrays: the same bits as `scipy.sparse`'s
+    `A.T @ dense`, for mixed dtypes, 64-bit index arrays, a slice and a slice whose arrays start past 0."""
+    matrix = _wide_rows(7).astype(data_dtype)
+    dense = np.random.default_rng(8).normal(size=(60, 5)).astype(dense_dtype)
+    wide = CsrRows(matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64), matrix.shape)
+    for rows, reference, other in ((CsrRows.of(matrix), matrix, dense), (wide, matrix, dense),
+                                   (wide[7:40], matrix[7:40], dense[7:40])):
+        got, expected = rows.dot_transposed(other), reference.T @ other
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    middle = CsrRows(matrix.data, matrix.indices, matrix.indptr[10:31], (20, 45))
+    np.testing.assert_array_equal(middle.dot_transposed(dense[:20]), matrix[10:30].T @ dense[:20])
+
+
 def test_sparse_times_sparse_is_scipys_product_bit_for_bit():
     """`times` runs SciPy's sparse × sparse loops itself: the dense result of SciPy's product bit for
     bit, for whole rows, a slice and rows without values."""
