@@ -206,6 +206,7 @@ def minimize_lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
 
             bound = halves.sum(trial)
             decrease_bound = step * slope if penalty is None else bound
+            g_new = None  # a rejected trial's gradient goes before the next evaluation makes its own
             f_smooth_new, g_new = fun(x_new)
             f_new = f_smooth_new + l1_term(x_new)
             nfev += 1
