@@ -126,10 +126,12 @@ class CsrRows(NamedTuple):
             return rows
         return rows._replace(indices=rows.indices.astype(dtype), indptr=rows.indptr.astype(dtype))
 
-    def dot(self, dense: np.ndarray) -> np.ndarray:
+    def dot(self, dense: np.ndarray, add_to: np.ndarray | None = None) -> np.ndarray:
         """`rows @ dense` for a dense `[D, k]` or `[D]`, in the result type of both: SciPy's compiled
         loop (`csr_matvecs`, `csr_matvec`) into zeros, which is what `scipy.sparse`'s product runs,
-        so the same bits."""
+        so the same bits. With `add_to` `[n, k]`: add_to += rows @ dense (`_added`), returned."""
+        if add_to is not None:
+            return self._added("csr_matvecs", self.shape, dense, add_to, self.dot)
         dtype = np.result_type(self.data, dense)
         rows, dense = self.narrowed().astype(dtype), np.ascontiguousarray(dense, dtype)
         kernels = sparsetools()
@@ -145,10 +147,13 @@ class CsrRows(NamedTuple):
                                 out.reshape(-1))
         return out
 
-    def dot_transposed(self, dense: np.ndarray) -> np.ndarray:
+    def dot_transposed(self, dense: np.ndarray, add_to: np.ndarray | None = None) -> np.ndarray:
         """`rows.T @ dense` for a dense `[n, k]`, in the result type of both: SciPy's compiled loop
         for a CSC matrix (`csc_matvecs`: these CSR arrays are the transpose's CSC) into zeros, which
-        is what `scipy.sparse`'s product by `A.T` runs, so the same bits."""
+        is what `scipy.sparse`'s product by `A.T` runs, so the same bits. With `add_to` `[D, k]`:
+        add_to += rows.T @ dense (`_added`), returned."""
+        if add_to is not None:
+            return self._added("csc_matvecs", self.shape[::-1], dense, add_to, self.dot_transposed)
         dtype = np.result_type(self.data, dense)
         rows, dense = self.narrowed().astype(dtype), np.ascontiguousarray(dense, dtype)
         kernels = sparsetools()
@@ -158,6 +163,23 @@ class CsrRows(NamedTuple):
         out = np.zeros((D, dense.shape[1]), dtype)
         kernels.csc_matvecs(D, n, dense.shape[1], rows.indptr, rows.indices, rows.data, dense.reshape(-1),
                             out.reshape(-1))
+        return out
+
+    def _added(self, loop: str, shape, dense: np.ndarray, out: np.ndarray, product) -> np.ndarray:
+        """out += the `shape`d product of these arrays (by the compiled `loop`, which adds into its
+        output) with `dense`, in place: no product-sized array (a gradient's is [D, V], which the
+        allocator would otherwise map and fault in afresh at each call). The loop reads the arrays as
+        they are (a slice's `indptr` need not start at 0); where it cannot take them (out not
+        C-contiguous or of another dtype than the values, index arrays of two dtypes, no loop), by
+        adding `product(dense)`."""
+        kernel = getattr(sparsetools(), loop, None)
+        dense = np.ascontiguousarray(dense, out.dtype)
+        if kernel is not None and out.flags.c_contiguous and out.dtype == self.data.dtype \
+                and self.indices.dtype == self.indptr.dtype:
+            kernel(shape[0], shape[1], dense.shape[1], self.indptr, self.indices, self.data, dense.reshape(-1),
+                   out.reshape(-1))
+        else:
+            out += product(dense)
         return out
 
     def times(self, other: "CsrRows") -> np.ndarray:

@@ -10,15 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpseq.features.rows import CsrRows, sparsetools
+from gpseq.features.rows import CsrRows
 
 PARALLEL_NONZEROS = 1_000_000  # below this a product runs on one thread (a hand-off costs more)
 _POOL: list = []
 _ONES: dict = {}  # dtype -> the largest array of ones `ones` has made of it
-# Y += A·X into a given Y, CSR A (what SciPy's own sparse × dense product runs, into a new Y), and
-# Y += Aᵀ·X from A's CSR arrays (Aᵀ's as CSC); None in a SciPy without them: a new product is added
-_MATVECS = getattr(sparsetools(), "csr_matvecs", None)
-_T_MATVECS = getattr(sparsetools(), "csc_matvecs", None)
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -53,14 +49,13 @@ class RowBlocks:
         return out
 
     def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
-        """out += self @ dense, in place: no product-sized array is allocated (a gradient's is
-        [D, V], which the allocator would otherwise map and page-fault in afresh at each call).
-        `out`: C-contiguous, [rows, k]."""
-        dense = np.ascontiguousarray(dense, out.dtype)
+        """out += self @ dense, in place, block by block (`CsrRows.dot`'s `add_to`). `out`:
+        C-contiguous, [rows, k]."""
+        dense = np.ascontiguousarray(dense, out.dtype)  # once, not per block
 
         def run(block):
             low, high, rows = block
-            _accumulate(_MATVECS, rows, rows.shape, dense, out[low:high], lambda: rows.dot(dense))
+            rows.dot(dense, add_to=out[low:high])
 
         self._map(run)
 
@@ -80,22 +75,8 @@ class Transposed:
         self.matrix = CsrRows.of(matrix)
 
     def accumulate(self, dense: np.ndarray, out: np.ndarray) -> None:
-        """out += Aᵀ @ dense, in place. `out`: C-contiguous, [D, k]."""
-        matrix = self.matrix
-        dense = np.ascontiguousarray(dense, out.dtype)
-        _accumulate(_T_MATVECS, matrix, matrix.shape[::-1], dense, out, lambda: matrix.dot_transposed(dense))
-
-
-def _accumulate(kernel, matrix, shape, dense: np.ndarray, out: np.ndarray, product) -> None:
-    """out += the `shape`d product of CSR `matrix`'s arrays (CSR as given, `csr_matvecs`; or read as
-    the CSC of its transpose, `csc_matvecs`) with C-contiguous `dense` of out's dtype: by SciPy's
-    `kernel` in place where it takes these arrays, else by adding `product()`."""
-    if kernel is not None and out.flags.c_contiguous and out.dtype == matrix.dtype \
-            and matrix.indices.dtype == matrix.indptr.dtype:
-        kernel(shape[0], shape[1], dense.shape[1], matrix.indptr, matrix.indices, matrix.data,
-               dense.reshape(-1), out.reshape(-1))
-    else:
-        out += product()
+        """out += Aᵀ @ dense, in place (`CsrRows.dot_transposed`). `out`: C-contiguous, [D, k]."""
+        self.matrix.dot_transposed(dense, add_to=out)
 
 
 def csr_on(data, indices, indptr, shape) -> CsrRows:

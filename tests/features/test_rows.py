@@ -116,6 +116,25 @@ def test_dot_transposed_is_scipys_product_by_the_transpose_bit_for_bit(data_dtyp
     np.testing.assert_array_equal(middle.dot_transposed(dense[:20]), matrix[10:30].T @ dense[:20])
 
 
+def test_products_added_in_place_are_scipys():
+    """`add_to` adds the product into a given array by the same loop: into zeros SciPy's product bit
+    for bit (the compiled loop for matching dtypes, and the added product for a float64 array and
+    float32 values), into values their sum with it; on a slice whose `indptr` does not start at 0."""
+    matrix = _wide_rows(9).astype(np.float32)
+    rows, rng = CsrRows.of(matrix), np.random.default_rng(10)
+    dense, dense_t = rng.normal(size=(45, 4)).astype(np.float32), rng.normal(size=(60, 4)).astype(np.float32)
+    for out_dtype in (np.float32, np.float64):
+        got = rows.dot(dense, add_to=np.zeros((60, 4), out_dtype))
+        np.testing.assert_array_equal(got, (matrix @ dense.astype(out_dtype)).astype(out_dtype))
+        got = rows.dot_transposed(dense_t, add_to=np.zeros((45, 4), out_dtype))
+        np.testing.assert_array_equal(got, (matrix.T @ dense_t.astype(out_dtype)).astype(out_dtype))
+    start = np.ones((20, 4), np.float32)
+    got = rows[10:30].dot(dense, add_to=start.copy())
+    np.testing.assert_allclose(got, start + matrix[10:30] @ dense, rtol=1e-5)
+    got = rows[10:30].dot_transposed(dense_t[10:30], add_to=np.ones((45, 4), np.float32))
+    np.testing.assert_allclose(got, 1.0 + matrix[10:30].T @ dense_t[10:30], rtol=1e-5)
+
+
 def test_sparse_times_sparse_is_scipys_product_bit_for_bit():
     """`times` runs SciPy's sparse × sparse loops itself: the dense result of SciPy's product bit for
     bit, for whole rows, a slice and rows without values."""

@@ -110,14 +110,15 @@ def test_row_blocks_product_equals_scipy_product(monkeypatch, cpus):
 def test_row_blocks_accumulate_without_scipys_kernel(monkeypatch):
     """`RowBlocks.accumulate` adds SciPy's product when its in-place kernel is missing (another
     SciPy) or the matrix's indices are 64-bit."""
+    import gpseq.features.rows as rows_module  # the compiled loops
     import gpseq.training.row_blocks as chain_objective  # RowBlocks
 
     matrix = sp.random(30, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)
     dense = np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32)
     wide = matrix.copy()
     wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int32)
-    for name, kernel, rows in (("no kernel", None, matrix), ("64-bit indices", chain_objective._MATVECS, wide)):
-        monkeypatch.setattr(chain_objective, "_MATVECS", kernel)
+    for name, kernels, rows in (("no kernel", None, matrix), ("64-bit indices", rows_module.sparsetools(), wide)):
+        monkeypatch.setattr(rows_module, "sparsetools", lambda kernels=kernels: kernels)
         out = np.ones((30, 3), np.float32)
         chain_objective.RowBlocks(rows).accumulate(dense, out)
         np.testing.assert_allclose(out, 1 + matrix @ dense, rtol=1e-6, err_msg=name)
@@ -127,6 +128,7 @@ def test_transposed_accumulate_is_the_transposed_csr_product_to_the_bit(monkeypa
     """`Transposed.accumulate` adds Aᵀ·dense from A's own arrays: bit for bit what the product by
     Aᵀ's sorted CSR gives (each output row sums A's rows in the same order), into what `out`
     held; without the kernel or with 64-bit indices SciPy's product is added instead."""
+    import gpseq.features.rows as rows_module
     import gpseq.training.row_blocks as row_blocks
 
     matrix = sp.random(300, 50, density=0.2, format="csr", random_state=2, dtype=np.float32)
@@ -141,8 +143,8 @@ def test_transposed_accumulate_is_the_transposed_csr_product_to_the_bit(monkeypa
     np.testing.assert_allclose(out, start + matrix.toarray().T @ dense, rtol=1e-5, atol=1e-5)
     wide = matrix.copy()
     wide.indices = wide.indices.astype(np.int64)
-    for name, kernel, rows in (("no kernel", None, matrix), ("64-bit indices", row_blocks._T_MATVECS, wide)):
-        monkeypatch.setattr(row_blocks, "_T_MATVECS", kernel)
+    for name, kernels, rows in (("no kernel", None, matrix), ("64-bit indices", rows_module.sparsetools(), wide)):
+        monkeypatch.setattr(rows_module, "sparsetools", lambda kernels=kernels: kernels)
         out = start.copy()
         row_blocks.Transposed(rows).accumulate(dense.astype(np.float64), out)
         np.testing.assert_allclose(out, start + matrix.toarray().T @ dense, rtol=1e-5, atol=1e-5, err_msg=name)
