@@ -111,7 +111,7 @@ class TagOptions:
 def tag_batch(sentences: Sequence, marg: np.ndarray, path: np.ndarray, logp: np.ndarray, posterior,
               labels: list[str], options: TagOptions) -> list[TaggedSentence]:
     """The `TaggedSentence` of each sentence of a predicted batch (`sentences[row]` is row `row`)."""
-    from gpseq.corpora.schemes import spans as chunks_of
+    from gpseq.corpora.schemes import spans_of_ids
 
     scheme, decode = options.scheme, options.decode
     lengths = [len(sentence.tokens) for sentence in sentences]
@@ -123,7 +123,7 @@ def tag_batch(sentences: Sequence, marg: np.ndarray, path: np.ndarray, logp: np.
     else:
         best = [p.argmax(-1) if decode == "max-marginal" else path[row, :T]
                 for row, (p, T) in enumerate(zip(probs, lengths))]
-        found = [chunks_of([labels[i] for i in b], scheme.scheme) if scheme is not None else [] for b in best]
+        found = spans_of_ids(best, labels, scheme.scheme) if scheme is not None else [[] for _ in best]
     if decode != "viterbi":  # the returned labels' probability (Monte Carlo: Jensen bias corrected)
         logp = posterior.path_log_probs(_padded(best, marg.shape[1]), bias_corrected=True)
     if decode != "span-f1" and scheme is not None:

@@ -325,7 +325,8 @@ class ChainPosterior:
 
 def span_queries(scheme: SpanScheme, spans_per_sentence: Sequence[Sequence[tuple[str, int, int]]]) -> np.ndarray:
     """Queries `[Q, 4]` (sentence, type id, start, end) of (type, start, end) spans per sentence."""
-    rows = [(b, scheme.type_index(kind), start, end)
+    index = {kind: c for c, kind in enumerate(scheme.types)}
+    rows = [(b, index[kind] if kind in index else scheme.type_index(kind), start, end)  # type_index: the error
             for b, found in enumerate(spans_per_sentence) for kind, start, end in found]
     return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
