@@ -16,7 +16,9 @@ the pairwise exp W masked by which label pairs start (S), continue (C) and end (
     p_r = [α_{i−1}ᵀ (W∘S_τ) D_i] [Π_{k=i+1}^{j−1} (W∘C) D_k] [(W∘E) D_j β_j] / Z,   D_k = diag e^{u_k},
 
 (at i = 0 the start factor is e^{u_i} masked to type τ, at j = L the end factor is 1): one short
-constrained forward pass per span (O((j − i)·V²)), all spans of a batch at once.
+constrained forward pass per span (O((j − i)·V²)), all spans of a batch at once, on the messages
+scaled as the chain's own forward pass scales them (a constrained message is at most the
+unconstrained one, so it stays ≤ 1 with no logs in its steps).
 
 **Paths.** `path_log_probs(paths)` = log Σ_r w_r p_r(path): exact for R = 1; for R > 1 the log of
 an unbiased Monte Carlo estimate, low by ≈ Var/(2·S·p²) nats (Jensen), which `bias_corrected=True`
@@ -87,15 +89,6 @@ class SpanScheme:
             return self.types.index(kind)
         except ValueError:
             raise ConfigError(f"no chunk type {kind!r} among the model's labels ({', '.join(self.types)})") from None
-
-
-def _log_matmul(log_x, matrix):
-    """log(exp(log_x) @ matrix) `[R, N, V]` for log_x `[R, N, V]` and a non-negative matrix `[R, V, V]`
-    (−inf where the sum is 0)."""
-    shift = np.max(log_x, axis=-1, keepdims=True)
-    shift = np.where(np.isfinite(shift), shift, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.matmul(np.exp(log_x - shift), matrix)) + shift
 
 
 def _logsumexp(x, axis):
@@ -241,29 +234,42 @@ class ChainPosterior:
         """P(span | X) `[Q]` of queries `[Q, 4]` (sentence, type id, start, end exclusive)."""
         return np.exp(self.span_log_probs(scheme, queries))
 
-    def _start_factors(self, scheme: SpanScheme, b, c, i):
-        """The start factor of spans (b, c, i) `[R, N, V]`: the log of the constrained forward message
-        at their first token, α_{i−1}ᵀ (W∘S_τ) D_i masked to type τ."""
-        R, _, _, V = self.unary.shape
-        starts = self.transition * scheme.starts[:V][None]  # [R, V, V] exp W where the pair starts a chunk
-        prev = self.log_alpha[:, b, np.maximum(i - 1, 0)]  # [R, N, V]
-        inner = _log_matmul(prev, starts) + self.pair_shift[..., 0][..., None]
-        with np.errstate(divide="ignore"):
-            first = np.log(scheme.starts[V].astype(np.float64))[None, None, :]  # sentence start
-        message = np.where((i > 0)[None, :, None], inner, first) + self.unary[:, b, i]
-        of_type = scheme.type_of[None, :] == c[:, None]  # [N, V]
-        return np.where(of_type[None], message, -np.inf)
+    @cached_property
+    def _scaled_padded(self):
+        """(α̂, β̂, G) `[R, B, T, V]` (0 past a length): the scaled messages (`scaled_messages`) and the
+        gain G_t = exp(u_t + max W + log c_{t−1} − log c_t) of the forward step into token t
+        (exp(u_0 − log c_0) at a sentence's first), so that α̂_t = (α̂_{t−1}ᵀ exp(W − max W)) ⊙ G_t
+        and a constrained forward message scaled by the same c_t stays ≤ α̂_t: its steps need no logs."""
+        log_c = np.zeros(self.unary.shape[:3])
+        log_c[:, self._rows[0], self._rows[1]] = self._log_c
+        before = np.zeros_like(log_c)  # log c_{t−1} + max W, 0 at a first token
+        before[:, :, 1:] = log_c[:, :, :-1] + self.pair_shift[:, :, :1]
+        valid = np.arange(log_c.shape[2])[None, None, :] < self.lengths[None, :, None]
+        gain = np.exp(self.unary + np.where(valid, before - log_c, 0.0)[..., None]) * valid[..., None]
+        return self._padded(self._alpha), self._padded(self._beta), gain
 
-    def _end_factors(self, scheme: SpanScheme, b, j):
-        """log Σ_c exp W(a, c)·E(a, c)·e^{u_j(c)} β_j(c) `[R, N, V]` over a (0 where j = L: the end)."""
-        R, _, T, V = self.unary.shape
+    def _start_factors(self, scheme: SpanScheme, b, c, i):
+        """The scaled constrained forward message at the first token of spans (b, c, i) `[R, N, V]`:
+        (α̂_{i−1}ᵀ (exp W∘S_τ)) ⊙ G_i masked to type τ (S's sentence-start row ⊙ G_0 at i = 0)."""
+        V = self.unary.shape[-1]
+        alpha, _, gain = self._scaled_padded
+        starts = self.transition * scheme.starts[:V][None]  # [R, V, V] exp W where the pair starts a chunk
+        inner = np.matmul(alpha[:, b, np.maximum(i - 1, 0)], starts)
+        first = scheme.starts[V].astype(np.float64)[None, None, :]  # sentence start
+        message = np.where((i > 0)[None, :, None], inner, first) * gain[:, b, i]
+        of_type = scheme.type_of[None, :] == c[:, None]  # [N, V]
+        return np.where(of_type[None], message, 0.0)
+
+    def _end_probs(self, scheme: SpanScheme, message, b, j):
+        """P `[R, N]` of spans whose scaled constrained message at their last token j − 1 is `message`
+        `[R, N, V]`: Σ_a m̂(a) Σ_c (exp W∘E)(a, c) G_j(c) β̂_j(c), or Σ_a m̂(a) E(a, end) at j = L."""
+        _, T, V = self.unary.shape[1:]
+        _, beta, gain = self._scaled_padded
         at = np.minimum(j, T - 1)
-        right = self.unary[:, b, at] + self.log_beta[:, b, at]  # [R, N, V]
         ends = np.swapaxes(self.transition * scheme.ends[:, :V][None], 1, 2)  # [R, V(c), V(a)]
-        inner = _log_matmul(right, ends) + self.pair_shift[..., 0][..., None]
-        with np.errstate(divide="ignore"):
-            last = np.log(scheme.ends[:, V].astype(np.float64))[None, None, :]
-        return np.where((j < self.lengths[b])[None, :, None], inner, last)
+        inner = np.matmul(gain[:, b, at] * beta[:, b, at], ends)
+        last = scheme.ends[:, V].astype(np.float64)[None, None, :]
+        return np.einsum("rnv,rnv->rn", message, np.where((j < self.lengths[b])[None, :, None], inner, last))
 
     def _constrained(self, scheme: SpanScheme, queries, emit) -> None:
         """Constrained forward passes for queries sorted by decreasing length; `emit(rows, log_p [R, n])`."""
@@ -271,18 +277,16 @@ class ChainPosterior:
         length = j - i
         message = self._start_factors(scheme, b, c, i)  # [R, Q, V]
         continues = self.transition * scheme.continues[None]
-        shift = self.pair_shift[..., 0][..., None]
-        steps = int(length[0])
-        for k in range(steps):
+        gain = self._scaled_padded[2]
+        for k in range(int(length[0])):
             check_cancelled()  # each step is one vectorised pass over every query still running
             if k:
                 active = int(np.searchsorted(-length, -k, side="left"))  # queries longer than k
-                message = _log_matmul(message[:, :active], continues) + shift \
-                    + self.unary[:, b[:active], i[:active] + k]
+                message = np.matmul(message[:, :active], continues) * gain[:, b[:active], i[:active] + k]
             done = np.flatnonzero(length[: message.shape[1]] == k + 1)
             if len(done):
-                end = self._end_factors(scheme, b[done], j[done])
-                log_p = _logsumexp(message[:, done] + end, axis=-1) - self.log_z[:, b[done]]
+                with np.errstate(divide="ignore"):
+                    log_p = np.log(self._end_probs(scheme, message[:, done], b[done], j[done]))
                 emit(done, np.minimum(log_p, 0.0))
 
     def spans_from(self, scheme: SpanScheme, starts, *, min_prob: float = 0.0, max_length: int | None = None):
@@ -296,14 +300,14 @@ class ChainPosterior:
         b, c, i = starts.T
         message = self._start_factors(scheme, b, c, i)  # [R, N, V] at token i + k
         continues = self.transition * scheme.continues[None]
-        shift = self.pair_shift[..., 0][..., None]
+        _, beta, gain = self._scaled_padded
         alive = np.arange(len(starts))
         k = 0
         while len(alive):
             check_cancelled()  # each step is one vectorised pass over every start still running
             j = i[alive] + k + 1
-            end = self._end_factors(scheme, b[alive], j)
-            log_p = np.minimum(_logsumexp(message + end, axis=-1) - self.log_z[:, b[alive]], 0.0)  # [R, n]
+            with np.errstate(divide="ignore"):
+                log_p = np.minimum(np.log(self._end_probs(scheme, message, b[alive], j)), 0.0)  # [R, n]
             p = np.exp(self._mix(log_p))
             keep = p >= min_prob
             found_queries.append(np.stack([b[alive], c[alive], i[alive], j], axis=1)[keep])
@@ -314,10 +318,11 @@ class ChainPosterior:
             if not running.any():
                 break
             message, alive, j = message[:, running], alive[running], j[running]
-            message = _log_matmul(message, continues) + shift + self.unary[:, b[alive], j]  # the chunk covers j
+            message = np.matmul(message, continues) * gain[:, b[alive], j]  # the chunk covers j
             if min_prob > 0:
-                run_on = _logsumexp(message + self.log_beta[:, b[alive], j], axis=-1) - self.log_z[:, b[alive]]
-                going = np.exp(self._mix(run_on)) >= min_prob
+                run_on = np.einsum("rnv,rnv->rn", message, beta[:, b[alive], j])
+                with np.errstate(divide="ignore"):
+                    going = np.exp(self._mix(np.log(run_on))) >= min_prob
                 message, alive = message[:, going], alive[going]
             k += 1
         return np.concatenate(found_queries), np.concatenate(found_probs)

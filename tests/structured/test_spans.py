@@ -10,7 +10,7 @@ import pytest
 
 from gpseq.corpora.schemes import spans
 from gpseq.errors import ConfigError
-from gpseq.structured.numpy_chain import top_k
+from gpseq.structured.numpy_chain import TimeMajor, top_k
 from gpseq.structured.spans import ChainPosterior, SpanScheme, max_expected_f1_spans, span_queries
 
 LABELSETS = {
@@ -244,3 +244,44 @@ def test_max_expected_f1_decoding_against_enumeration_of_span_sets():
         picked = max_expected_f1_spans(candidates, G)
         lookup = {(c, s, e): p for c, s, e, p in candidates}
         assert objective([(*x, lookup[x]) for x in picked]) == pytest.approx(best, abs=1e-12)
+
+
+def test_span_probabilities_of_long_sentences_equal_masked_partition_functions():
+    """Long sentences with large potentials (messages far outside float64's range unscaled), IOB2:
+    the span [i, j) of type τ, exactly, is the set of paths with I-τ at i+1 … j−1, anything but
+    I-τ at j, and at i either B-τ or (conlleval) I-τ after a label not of type τ: two sets of paths
+    each fixed by a mask per token, so P = (Z(first) + Z(second)) / Z, each Z by the masked
+    forward–backward of `numpy_chain` (an independent recursion); relative agreement of the
+    log-probabilities, tiny spans included."""
+    labels = ["O", "B-X", "I-X", "B-Y", "I-Y"]
+    scheme = SpanScheme.build(labels, "iob2")
+    rng = np.random.default_rng(7)
+    lengths = np.array([400, 250])
+    posterior, unary, pairwise, _, _ = random_posterior(rng, 1, 2, 400, len(labels), lengths=lengths, scale=12.0)
+    rows = []
+    for b, L in enumerate(lengths):
+        for _ in range(40):
+            i = int(rng.integers(0, L))
+            rows.append((b, int(rng.integers(0, 2)), i, int(min(L, i + rng.integers(1, 6)))))
+    queries = np.array(rows)
+    got = posterior.span_log_probs(scheme, queries)
+    expected = []
+    for b, c, i, j in queries:
+        L = int(lengths[b])
+        kind = scheme.types[c]
+        layout = TimeMajor(np.array([0, L]))
+        _, _, log_z = layout.forward_backward(unary[0, b, :L].copy(), pairwise[0], pairs=False)
+        log_z_span = []
+        for first in ("B", "I"):
+            allowed = np.ones((L, len(labels)), dtype=bool)
+            allowed[i] = [label == f"{first}-{kind}" for label in labels]
+            if first == "I" and i > 0:
+                allowed[i - 1] = [not label.endswith(f"-{kind}") for label in labels]
+            allowed[i + 1 : j] = [label == f"I-{kind}" for label in labels]
+            if j < L:
+                allowed[j] = [label != f"I-{kind}" for label in labels]
+            log_z_span.append(layout.constrained_forward_backward(unary[0, b, :L], pairwise[0], allowed,
+                                                                  pairs=False)[2][0])
+        expected.append(np.logaddexp(*log_z_span) - log_z[0])
+    assert np.min(expected) < -50.0  # tiny spans are among them
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
