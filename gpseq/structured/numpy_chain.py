@@ -49,16 +49,15 @@ class TimeMajor:
         # n_t = sentences longer than t; they are the first n_t of the layout order
         self.running = np.searchsorted(-self.lengths, -np.arange(steps), side="left").astype(np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.running)])  # step t = rows starts[t]:starts[t+1]
-        starts = offsets[self.sentences]
-        self.order = np.concatenate([starts[: n] + t for t, n in enumerate(self.running)]) if steps else \
-            np.zeros(0, np.int64)  # time-major row → corpus token
-        # each token with a successor (left) and that successor (right), both time-major
-        self.left = np.concatenate([self.starts[t] + np.arange(self.running[t + 1]) for t in range(steps - 1)]) \
-            if steps > 1 else np.zeros(0, np.int64)
-        self.right = np.concatenate([self.starts[t + 1] + np.arange(self.running[t + 1]) for t in range(steps - 1)]) \
-            if steps > 1 else np.zeros(0, np.int64)
-        # the sentence (layout order) of each time-major row
-        self.sentence_of = np.concatenate([np.arange(n) for n in self.running]) if steps else np.zeros(0, np.int64)
+        # row r holds the token at position step[r] of sentence sentence_of[r] (layout order)
+        step = np.repeat(np.arange(steps, dtype=np.int64), self.running)
+        self.sentence_of = np.arange(int(self.starts[-1]), dtype=np.int64) - self.starts[step]
+        self.order = offsets[self.sentences][self.sentence_of] + step  # time-major row → corpus token
+        # each token with a successor (left) and that successor (right), both time-major: the
+        # successor of row r sits running[t] rows further, in the next step
+        following = np.append(self.running[1:], 0)
+        self.left = np.flatnonzero(self.sentence_of < following[step]).astype(np.int64)
+        self.right = self.left + self.running[step[self.left]]
         self._set_steps()
 
     _ARRAYS = ("sentences", "lengths", "running", "starts", "order", "left", "right", "sentence_of")

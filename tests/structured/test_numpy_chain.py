@@ -212,3 +212,22 @@ def test_forward_backward_over_long_sentences_with_wide_pairwise_spans(dtype, sp
                                                 - unary[layout.order][layout.right].max(1, keepdims=True)))[:, None])
     ref_pairs /= ref_pairs.sum((1, 2), keepdims=True)
     np.testing.assert_allclose(pair_sum, ref_pairs.sum(0), atol=tolerance * len(layout.left))
+
+
+@pytest.mark.parametrize("lengths", [[1], [3], [2, 5, 1, 5, 3], [1, 1, 1], [7, 2, 2, 6]])
+def test_time_major_layout_by_hand(lengths):
+    """The layout's arrays against their definitions, token by token in plain Python: step t holds
+    position t of every sentence longer than t, longest sentences first (ties in corpus order);
+    `left`/`right` are exactly the adjacent token pairs of each sentence; offsets need not start at 0."""
+    offsets = 4 + np.concatenate([[0], np.cumsum(lengths)])
+    layout = TimeMajor(offsets)
+    by_length = sorted(range(len(lengths)), key=lambda s: -lengths[s])  # stable: ties in corpus order
+    rows = [(t, rank, s) for t in range(max(lengths)) for rank, s in enumerate(by_length) if lengths[s] > t]
+    assert layout.sentences.tolist() == by_length
+    assert layout.order.tolist() == [int(offsets[s]) + t for t, _, s in rows]
+    assert layout.sentence_of.tolist() == [rank for _, rank, _ in rows]
+    pairs = {(int(layout.order[a]), int(layout.order[b])) for a, b in zip(layout.left, layout.right)}
+    assert len(pairs) == len(layout.left) == sum(lengths) - len(lengths)
+    assert pairs == {(int(offsets[s]) + t, int(offsets[s]) + t + 1) for s in range(len(lengths))
+                     for t in range(lengths[s] - 1)}
+    assert all(int(layout.order[b]) == int(layout.order[a]) + 1 for a, b in zip(layout.left, layout.right))
