@@ -176,8 +176,12 @@ def span_f1_decode(scheme, label_index: dict[str, int], posterior, lengths):
     from gpseq.structured.spans import max_expected_f1_spans
 
     C = len(scheme.types)
-    starts = np.array([(b, c, i) for b, T in enumerate(lengths) for c in range(C) for i in range(T)],
-                      dtype=np.int64).reshape(-1, 3)
+    # every (sentence b, type c, start i), b then c then i ascending: (b, c) groups of L_b starts each
+    group_b = np.repeat(np.arange(len(lengths), dtype=np.int64), C)
+    group_size = np.asarray(lengths, dtype=np.int64)[group_b] if len(lengths) else np.zeros(0, np.int64)
+    first = np.cumsum(group_size) - group_size
+    starts = np.stack([np.repeat(group_b, group_size), np.repeat(np.tile(np.arange(C), len(lengths)), group_size),
+                       np.arange(int(group_size.sum())) - np.repeat(first, group_size)], axis=1)
     queries, probs = posterior.spans_from(scheme, starts, min_prob=SPAN_F1_MIN_PROB)
     found, best = [], []
     for b, T in enumerate(lengths):
