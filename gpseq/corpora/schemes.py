@@ -97,45 +97,6 @@ def spans(labels: Sequence[str], scheme: str = "iob2") -> list[Span]:
     return out
 
 
-_CODES = "OBIES"  # prefix codes of `spans_of_ids`: O = 0, B = 1, I = 2, E = 3, S = 4
-
-
-def spans_of_ids(paths: Sequence, labels: Sequence[str], scheme: str = "iob2") -> list[list[Span]]:
-    """`spans([labels[i] for i in path], scheme)` of each label-id path (1-D integer arrays), for a
-    batch at once: the chunk boundaries of every token from its own and its predecessor's prefix and
-    type (a sentence starts after an O and ends before one), by whole-array comparisons."""
-    import numpy as np
-
-    scheme = normalise_scheme(scheme)
-    parsed = _parse(labels, scheme)
-    types = sorted({type_ for _, type_ in parsed})
-    prefix = np.array([_CODES.index(tag) for tag, _ in parsed] + [0], dtype=np.int8)  # last: the O after a sentence
-    type_id = np.array([types.index(type_) if tag != "O" else -1 for tag, type_ in parsed] + [-1], dtype=np.int64)
-    lengths = np.array([len(path) for path in paths], dtype=np.int64)
-    # every sentence's label ids followed by the closing O (id len(labels)); a token's place in
-    # that sequence is its place among the tokens plus the number of sentences before it
-    ends_at = np.cumsum(lengths + 1) - 1
-    ids = np.full(int(lengths.sum()) + len(paths), len(labels), dtype=np.int64)
-    if len(ids) > len(paths):
-        tokens = np.concatenate([np.asarray(path, dtype=np.int64).ravel() for path in paths])
-        ids[np.arange(len(tokens)) + np.repeat(np.arange(len(paths)), lengths)] = tokens
-    tag, kind = prefix[ids], type_id[ids]
-    prev, prev_kind = np.zeros_like(tag), np.full_like(kind, -1)  # before a sentence: O
-    prev[1:], prev_kind[1:] = tag[:-1], kind[:-1]
-    prev[ends_at[:-1] + 1], prev_kind[ends_at[:-1] + 1] = 0, -1
-    other_type = prev_kind != kind
-    ends = (prev != 0) & ((prev >= 3) | (tag == 1) | (tag == 4) | (tag == 0) | other_type)
-    starts = (tag != 0) & ((tag == 1) | (tag == 4) | (prev == 0) | (prev >= 3) | other_type)
-    # a chunk is open after every token that is not O, so starts and ends alternate: the k-th end
-    # closes the k-th chunk
-    begin, end = np.flatnonzero(starts), np.flatnonzero(ends)
-    sentence = np.searchsorted(ends_at, begin)
-    offset = ends_at[sentence] - lengths[sentence]  # where the sentence's first token sits
-    chunks = list(zip([types[k] for k in kind[begin].tolist()], (begin - offset).tolist(), (end - offset).tolist()))
-    bounds = np.cumsum(np.bincount(sentence, minlength=len(paths))).tolist()
-    return [chunks[low:high] for low, high in zip([0, *bounds[:-1]], bounds)]
-
-
 def _label(prefix: str, type_: str) -> str:
     return f"{prefix}-{type_}" if type_ else prefix
 

@@ -111,8 +111,6 @@ class TagOptions:
 def tag_batch(sentences: Sequence, marg: np.ndarray, path: np.ndarray, logp: np.ndarray, posterior,
               labels: list[str], options: TagOptions) -> list[TaggedSentence]:
     """The `TaggedSentence` of each sentence of a predicted batch (`sentences[row]` is row `row`)."""
-    from gpseq.corpora.schemes import spans_of_ids
-
     scheme, decode = options.scheme, options.decode
     lengths = [len(sentence.tokens) for sentence in sentences]
     probs = [marg[row, :T].astype(np.float64) for row, T in enumerate(lengths)]
@@ -123,7 +121,7 @@ def tag_batch(sentences: Sequence, marg: np.ndarray, path: np.ndarray, logp: np.
     else:
         best = [p.argmax(-1) if decode == "max-marginal" else path[row, :T]
                 for row, (p, T) in enumerate(zip(probs, lengths))]
-        found = spans_of_ids(best, labels, scheme.scheme) if scheme is not None else [[] for _ in best]
+        found = scheme.chunks(best) if scheme is not None else [[] for _ in best]
     if decode != "viterbi":  # the returned labels' probability (Monte Carlo: Jensen bias corrected)
         logp = posterior.path_log_probs(_padded(best, marg.shape[1]), bias_corrected=True)
     if decode != "span-f1" and scheme is not None:

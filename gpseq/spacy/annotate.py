@@ -123,14 +123,13 @@ def _span_f1(tagger, posterior, lengths: list[int]) -> tuple[list[np.ndarray], l
 
 def _span_probabilities(tagger, posterior, ids, sequences, marginals, paths, decode) -> list[list[float]]:
     """P(exact span | X) of the chunks of each returned label sequence of a batch `[B][chunks]`."""
-    from gpseq.corpora.schemes import spans_of_ids
     from gpseq.structured.spans import span_queries
 
     best = []
     for row, index in enumerate(ids):
         T = len(sequences[index])
         best.append(marginals[row, :T].argmax(-1) if decode == "max-marginal" else paths[row, :T])
-    found = spans_of_ids(best, tagger.labels, tagger.config.tag_scheme)
+    found = tagger.span_scheme.chunks(best)
     probs = posterior.span_probs(tagger.span_scheme, span_queries(tagger.span_scheme, found))
     out, position = [], 0
     for chunks in found:

@@ -33,62 +33,14 @@ ignored), weights `[R]` summing to 1.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from gpseq.cancellation import check_cancelled
-from gpseq.corpora.schemes import _chunk_ends, _chunk_starts, normalise_scheme, split_label
 from gpseq.errors import ConfigError
 from gpseq.structured.numpy_chain import nbest_viterbi, padded_layout
-
-_SENTINEL = ("O", "")  # what precedes a sentence and follows it
-
-
-@dataclass(frozen=True)
-class SpanScheme:
-    """Which label pairs start, continue and end a chunk (conlleval boundaries of a tag scheme).
-
-    types [C] chunk types; type_of [V] type id of each label (−1 for O); starts [V+1, V] (row V:
-    the sentence start) holds when a chunk starts at the second label of the pair; continues
-    [V, V] when a chunk running at the first label goes on through the second; ends [V, V+1]
-    (column V: the sentence end) when it ends between them."""
-
-    labels: tuple[str, ...]
-    scheme: str
-    types: tuple[str, ...]
-    type_of: np.ndarray
-    starts: np.ndarray
-    continues: np.ndarray
-    ends: np.ndarray
-
-    @classmethod
-    def build(cls, labels: Sequence[str], scheme: str) -> "SpanScheme":
-        scheme = normalise_scheme(scheme)
-        parsed = []
-        for label in labels:
-            parts = split_label(label)
-            if parts is None:
-                raise ConfigError(f"label {label!r} is not a chunk label: span probabilities need chunk labels")
-            parsed.append(parts)
-        types = tuple(sorted({kind for prefix, kind in parsed if prefix != "O"}))
-        type_id = {kind: c for c, kind in enumerate(types)}
-        type_of = np.array([-1 if prefix == "O" else type_id[kind] for prefix, kind in parsed], dtype=np.int64)
-        V = len(parsed)
-        before = parsed + [_SENTINEL]
-        starts = np.array([[_chunk_starts(*a, *b) for b in parsed] for a in before], dtype=bool)
-        ends = np.array([[a[0] != "O" and _chunk_ends(*a, *b) for b in before] for a in parsed], dtype=bool)
-        continues = np.array([[a[0] != "O" and not _chunk_ends(*a, *b) for b in parsed] for a in parsed],
-                             dtype=bool)
-        assert starts.shape == (V + 1, V) and ends.shape == (V, V + 1)
-        return cls(tuple(labels), scheme, types, type_of, starts, continues, ends)
-
-    def type_index(self, kind: str) -> int:
-        try:
-            return self.types.index(kind)
-        except ValueError:
-            raise ConfigError(f"no chunk type {kind!r} among the model's labels ({', '.join(self.types)})") from None
+from gpseq.structured.span_scheme import SpanScheme  # noqa: F401  (spans' callers import it from here)
 
 
 def _logsumexp(x, axis):
@@ -330,8 +282,7 @@ class ChainPosterior:
 
 def span_queries(scheme: SpanScheme, spans_per_sentence: Sequence[Sequence[tuple[str, int, int]]]) -> np.ndarray:
     """Queries `[Q, 4]` (sentence, type id, start, end) of (type, start, end) spans per sentence."""
-    index = {kind: c for c, kind in enumerate(scheme.types)}
-    rows = [(b, index[kind] if kind in index else scheme.type_index(kind), start, end)  # type_index: the error
+    rows = [(b, scheme.type_index(kind), start, end)
             for b, found in enumerate(spans_per_sentence) for kind, start, end in found]
     return np.array(rows, dtype=np.int64).reshape(-1, 4)
 

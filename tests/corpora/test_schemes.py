@@ -16,7 +16,6 @@ from gpseq.corpora import (
     spans_to_tags,
     split_label,
 )
-from gpseq.corpora.schemes import spans_of_ids
 from gpseq.errors import ConfigError
 
 TYPES = [
@@ -163,31 +162,3 @@ def test_detect_scheme():
     assert detect_scheme([["NN", "VB"]]) is None
     assert detect_scheme([]) is None
 
-
-@pytest.mark.parametrize("scheme, labels", [
-    ("iob2", ["O", "B-NP", "I-NP", "B-VP", "I-VP"]),
-    ("iob1", ["I-VP", "O", "B-NP", "I-NP"]),
-    ("bioes", ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "E-B", "S-B", "I-B"]),
-    ("iob2", ["B", "I", "O"]),
-])
-def test_spans_of_id_paths_equal_spans_of_each_sentence(scheme, labels):
-    """The batched chunk reader against `spans` (above: conlleval's cases, seqeval) sentence by
-    sentence: every id sequence up to length 4 as one batch (an empty sentence first), then
-    batches in which one sentence's end meets the next's start."""
-    import itertools
-
-    import numpy as np
-
-    every = [np.array(path, dtype=np.int64) for n in range(5)
-             for path in itertools.product(range(len(labels)), repeat=n)]
-    assert spans_of_ids(every, labels, scheme) == [spans([labels[i] for i in path], scheme) for path in every]
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        batch = [rng.integers(0, len(labels), size=rng.integers(0, 7)) for _ in range(rng.integers(1, 6))]
-        assert spans_of_ids(batch, labels, scheme) == [spans([labels[i] for i in path], scheme) for path in batch]
-    assert spans_of_ids([], labels, scheme) == []
-
-
-def test_spans_of_ids_refuse_labels_that_are_not_chunk_tags():
-    with pytest.raises(ConfigError, match="NN"):
-        spans_of_ids([[0]], ["NN", "O"], "iob2")

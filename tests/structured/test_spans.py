@@ -285,3 +285,29 @@ def test_span_probabilities_of_long_sentences_equal_masked_partition_functions()
         expected.append(np.logaddexp(*log_z_span) - log_z[0])
     assert np.min(expected) < -50.0  # tiny spans are among them
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("scheme, labels", [
+    ("iob2", ["O", "B-NP", "I-NP", "B-VP", "I-VP"]),
+    ("iob1", ["I-VP", "O", "B-NP", "I-NP"]),
+    ("bioes", ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "E-B", "S-B", "I-B"]),
+    ("iob2", ["B", "I", "O"]),
+])
+def test_chunks_of_id_paths_equal_spans_of_each_sentence(scheme, labels):
+    """`SpanScheme.chunks`, the batched chunk reader, against `spans` (tested on conlleval's cases and
+    seqeval in tests/corpora) sentence by sentence: every id sequence up to length 4 as one batch (an empty sentence first), then
+    batches in which one sentence's end meets the next's start."""
+    reader = SpanScheme.build(labels, scheme)
+    every = [np.array(path, dtype=np.int64) for n in range(5)
+             for path in itertools.product(range(len(labels)), repeat=n)]
+    assert reader.chunks(every) == [spans([labels[i] for i in path], scheme) for path in every]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        batch = [rng.integers(0, len(labels), size=rng.integers(0, 7)) for _ in range(rng.integers(1, 6))]
+        assert reader.chunks(batch) == [spans([labels[i] for i in path], scheme) for path in batch]
+    assert reader.chunks([]) == []
+
+
+def test_a_span_scheme_refuses_labels_that_are_not_chunk_tags():
+    with pytest.raises(ConfigError, match="NN"):
+        SpanScheme.build(["NN", "O"], "iob2")
